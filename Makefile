@@ -1,0 +1,40 @@
+# `make demo` and `make test` each bootstrap .venv from nothing, then run.
+# On a GPU cluster, install a CUDA torch instead of the CPU wheel, e.g.
+#   make TORCH_SPEC="torch==2.13.0" PIP_TORCH_ARGS="--index-url <your CUDA wheel index>" venv
+PYTHON      ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+PIP         := $(PY) -m pip
+STAMP       := $(VENV)/.installed
+TORCH_SPEC  ?= torch==2.13.0
+PIP_TORCH_ARGS ?=
+DEEPSPEED_SPEC ?= deepspeed==0.19.8
+PYTEST_ARGS ?=
+
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export AWS_EC2_METADATA_DISABLED := true
+export WANDB_MODE ?= offline
+export TOKENIZERS_PARALLELISM := false
+export HF_HUB_OFFLINE := 1
+
+.PHONY: venv demo test clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -U pip setuptools wheel
+	$(PIP) install -q $(TORCH_SPEC) $(PIP_TORCH_ARGS)
+	DS_BUILD_OPS=0 $(PIP) install -q --no-build-isolation $(DEEPSPEED_SPEC) -c constraints.txt
+	$(PIP) install -q -e '.[dev]' -c constraints.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/posttrain demo
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) artifacts runs build *.egg-info .pytest_cache .hypothesis

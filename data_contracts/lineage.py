@@ -1,0 +1,127 @@
+"""The lineage record: the audit trail written as lineage.json into every committed artifact.
+
+Prefect's asset events expire and wandb cannot record inputs offline, so this file is the record an
+auditor relies on: what an artifact was made from (parents and data inputs, by digest), by which
+code and config, with which reward modules, libraries and seed, and who triggered it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import inspect
+import json
+import platform
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LINEAGE_FORMAT = 1
+TRACKED_LIBRARIES = ("torch", "transformers", "deepspeed", "tokenizers", "pyarrow", "prefect", "pydantic", "wandb")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ParentRef(_Record):
+    """Another committed artifact this one was derived from."""
+
+    role: Literal["init", "teacher", "reward_model", "tokenizer", "resume"]
+    uri: str
+    digest: str
+
+
+class DataInput(_Record):
+    """A committed data artifact read by the run."""
+
+    uri: str
+    digest: str
+    rows: int | None = None
+    contract: str | None = None
+
+
+class CodeVersion(_Record):
+    git_sha: str | None = None
+    dirty: bool | None = None
+
+
+class RewardModuleRef(_Record):
+    path: str
+    source_sha256: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class PrefectRunRef(_Record):
+    flow_run_id: str | None = None
+    deployment_id: str | None = None
+    flow_name: str | None = None
+
+
+class Lineage(_Record):
+    format: Literal[1] = LINEAGE_FORMAT
+    kind: Literal["checkpoint", "dataset", "tokenizer", "eval", "report"]
+    name: str
+    parents: list[ParentRef] = Field(default_factory=list)
+    inputs: list[DataInput] = Field(default_factory=list)
+    code: CodeVersion = Field(default_factory=CodeVersion)
+    config: dict[str, Any] = Field(default_factory=dict)
+    config_sha256: str | None = None
+    reward_modules: list[RewardModuleRef] = Field(default_factory=list)
+    libraries: dict[str, str] = Field(default_factory=dict)
+    seed: int | None = None
+    prefect: PrefectRunRef | None = None
+    triggered_by: str | None = None
+    wandb_run: str | None = None
+    eval_summary: dict[str, float] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    def to_bytes(self) -> bytes:
+        return (self.model_dump_json(indent=2) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Lineage":
+        return cls.model_validate_json(data)
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8")
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(config)).hexdigest()
+
+
+def current_code_version(repo_dir: Path | None = None) -> CodeVersion:
+    """The git commit of the code that runs, and whether the work tree differs from it."""
+    where = repo_dir or Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                                capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return CodeVersion()
+    return CodeVersion(git_sha=sha.stdout.strip(), dirty=bool(status.stdout.strip()))
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in TRACKED_LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def reward_module_ref(dotted_path: str, params: dict[str, Any] | None = None) -> RewardModuleRef:
+    """Pin a reward module by the sha256 of the source file that defines it."""
+    module_name, _, attribute = dotted_path.rpartition(":") if ":" in dotted_path else dotted_path.rpartition(".")
+    target = getattr(importlib.import_module(module_name), attribute)
+    source = Path(inspect.getsourcefile(target) or "")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    return RewardModuleRef(path=dotted_path, source_sha256=digest, params=params or {})

@@ -1,0 +1,80 @@
+"""GLM-5 architecture presets on transformers' `GlmMoeDsaForCausalLM`.
+
+Every preset keeps GLM-5's shape at a small scale: a dense first layer then MoE layers with a shared
+expert and a sigmoid router, MLA attention, and a DSA indexer whose top-k is smaller than the demo's
+sequences so sparse attention is really exercised.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, GlmMoeDsaConfig, GlmMoeDsaForCausalLM, PreTrainedTokenizerBase
+
+from model import special_tokens as st
+
+PRESETS: dict[str, dict] = {
+    # ~1.3M parameters with the demo tokenizer: the demo and the tests.
+    "glm5-tiny": dict(
+        hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+        intermediate_size=384, moe_intermediate_size=128, n_routed_experts=4, num_experts_per_tok=2,
+        n_shared_experts=1, kv_lora_rank=32, q_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=16,
+        v_head_dim=32, index_topk=64, index_head_dim=16, index_n_heads=2, first_k_dense_replace=1,
+    ),
+    # ~40M parameters: a step up for a single GPU.
+    "glm5-small": dict(
+        hidden_size=512, num_hidden_layers=7, num_attention_heads=8, num_key_value_heads=8,
+        intermediate_size=1536, moe_intermediate_size=384, n_routed_experts=8, num_experts_per_tok=2,
+        n_shared_experts=1, kv_lora_rank=128, q_lora_rank=256, qk_rope_head_dim=32, qk_nope_head_dim=32,
+        v_head_dim=64, index_topk=128, index_head_dim=32, index_n_heads=4, first_k_dense_replace=1,
+    ),
+}
+
+
+class UnknownPresetError(KeyError):
+    def __str__(self) -> str:
+        return f"unknown model preset {self.args[0]!r}; known presets: {', '.join(sorted(PRESETS))}"
+
+
+def padded_vocab_size(tokenizer: PreTrainedTokenizerBase, multiple: int = 64) -> int:
+    return -(-len(tokenizer) // multiple) * multiple
+
+
+def preset_config(name: str, tokenizer: PreTrainedTokenizerBase, max_positions: int = 4096) -> GlmMoeDsaConfig:
+    if name not in PRESETS:
+        raise UnknownPresetError(name)
+    stop_ids = tokenizer.convert_tokens_to_ids(st.STOP_TOKENS)
+    return GlmMoeDsaConfig(
+        vocab_size=padded_vocab_size(tokenizer),
+        max_position_embeddings=max_positions,
+        routed_scaling_factor=1.0,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        eos_token_id=stop_ids,
+        tie_word_embeddings=False,
+        **PRESETS[name],
+    )
+
+
+def build_model(name: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> GlmMoeDsaForCausalLM:
+    """A freshly initialised model; the same seed gives the same weights."""
+    config = preset_config(name, tokenizer)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GlmMoeDsaForCausalLM(config)
+    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.pad_token_id = config.pad_token_id
+    return model
+
+
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32):
+    """Any local Hugging Face checkpoint directory; never touches the network."""
+    directory = Path(path)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"{directory}: not a Hugging Face checkpoint directory (no config.json)")
+    return AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, dtype=dtype)
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

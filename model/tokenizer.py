@@ -1,0 +1,79 @@
+"""Byte-level BPE tokenizer carrying GLM-5's special tokens, trained on the embedded suites' text.
+
+Saved as a standard Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json,
+chat_template.jinja) so `AutoTokenizer.from_pretrained(dir)` works offline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from model import special_tokens as st
+from suites import arith, search
+
+DEFAULT_VOCAB_SIZE = 2048
+CORPUS_SEED = 1234
+CORPUS_SIZE = 3000
+
+
+def chat_template_text() -> str:
+    return resources.files("model").joinpath("chat_template.jinja").read_text(encoding="utf-8")
+
+
+def corpus_texts(size: int = CORPUS_SIZE, seed: int = CORPUS_SEED) -> Iterator[str]:
+    """Every piece of free text the suites put into conversations (special tokens excluded)."""
+    yield chat_template_text()
+    yield json.dumps(search.TOOLS, ensure_ascii=False)
+    for problem in arith.generate(size, seed):
+        for message in problem.messages():
+            yield message["content"]
+            yield message.get("reasoning_content") or ""
+    for episode in search.generate(size // 4, seed):
+        for message in episode.messages:
+            yield message["content"]
+            yield message.get("reasoning_content") or ""
+            for call in message.get("tool_calls", []):
+                yield call["name"] + json.dumps(call["arguments"], ensure_ascii=False)
+
+
+def train_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE) -> PreTrainedTokenizerFast:
+    # Digits stay single tokens so arithmetic is learnable at demo scale.
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=st.CONTROL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(corpus_texts(), trainer=trainer)
+    bpe.add_tokens([AddedToken(token, normalized=False, special=False) for token in st.STRUCTURE_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token=st.ENDOFTEXT,
+        pad_token=st.ENDOFTEXT,
+        additional_special_tokens=st.CONTROL_TOKENS[1:],
+        chat_template=chat_template_text(),
+        model_max_length=8192,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_tokenizer_dir(out_dir: str | Path, vocab_size: int = DEFAULT_VOCAB_SIZE) -> Path:
+    out = Path(out_dir)
+    train_tokenizer(vocab_size).save_pretrained(out)
+    return out
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)

@@ -1,0 +1,1 @@
+"""Embedded task suites: deterministic, seeded generators of the demo's data."""

@@ -1,0 +1,118 @@
+"""`search`: multi-hop questions over an embedded synthetic knowledge graph, answered with tools.
+
+The assistant calls `search` and `open`; some trajectories contain an erroneous call (a page that
+does not exist) that is corrected later — that assistant turn is flagged `error` so SFT keeps it in
+context with loss mask 0.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+SYLLABLES = ("ka", "lo", "mi", "ra", "ven", "tor", "zu", "nel", "qua", "sir", "dor", "bex", "fa", "lin")
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the knowledge base; returns matching page titles.",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "open",
+            "description": "Open a page by its exact title.",
+            "parameters": {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]},
+        },
+    },
+]
+
+
+@dataclass(frozen=True)
+class KnowledgeGraph:
+    """Companies founded by people born in cities: enough structure for two-hop questions."""
+
+    pages: dict[str, str]
+    founder_of: dict[str, str]
+    birthplace_of: dict[str, str]
+
+    def search(self, query: str) -> str:
+        hits = sorted(title for title in self.pages if query.lower() in title.lower())
+        return ", ".join(hits[:5]) if hits else "No results."
+
+    def open(self, title: str) -> str:
+        return self.pages.get(title, f"Error: no page titled '{title}'.")
+
+
+def _name(rng: random.Random, parts: int) -> str:
+    return "".join(rng.choice(SYLLABLES) for _ in range(parts)).capitalize()
+
+
+def build_graph(seed: int, companies: int = 40) -> KnowledgeGraph:
+    rng = random.Random(f"search-graph:{seed}")
+    cities = sorted({_name(rng, 3) + " City" for _ in range(companies // 2)})
+    pages, founder_of, birthplace_of = {}, {}, {}
+    for _ in range(companies):
+        company, person = _name(rng, 2) + " Corp", _name(rng, 2) + " " + _name(rng, 2)
+        if company in founder_of or person in birthplace_of:
+            continue
+        city = rng.choice(cities)
+        founder_of[company], birthplace_of[person] = person, city
+        pages[company] = f"{company} is a company founded by {person}."
+        pages[person] = f"{person} is an entrepreneur born in {city}."
+    for city in cities:
+        pages[city] = f"{city} is a city."
+    return KnowledgeGraph(pages, founder_of, birthplace_of)
+
+
+@dataclass(frozen=True)
+class SearchEpisode:
+    id: str
+    question: str
+    answer: str
+    messages: tuple[dict, ...]
+
+
+def _call(name: str, reasoning: str, **arguments: str) -> dict:
+    return {
+        "role": "assistant",
+        "reasoning_content": reasoning,
+        "content": "",
+        "tool_calls": [{"name": name, "arguments": arguments}],
+    }
+
+
+def make_episode(graph: KnowledgeGraph, rng: random.Random, episode_id: str, with_error: bool) -> SearchEpisode:
+    company = rng.choice(sorted(graph.founder_of))
+    founder = graph.founder_of[company]
+    city = graph.birthplace_of[founder]
+    question = f"In which city was the founder of {company} born?"
+    messages: list[dict] = [{"role": "user", "content": question}]
+
+    def step(name: str, reasoning: str, error: bool = False, **arguments: str) -> None:
+        call = _call(name, reasoning, **arguments)
+        if error:
+            call["error"] = True
+        messages.append(call)
+        result = graph.search(arguments["query"]) if name == "search" else graph.open(arguments["title"])
+        messages.append({"role": "tool", "content": result})
+
+    step("search", f"I need the founder of {company}.", query=company)
+    if with_error:
+        step("open", "Open the company page.", error=True, title=company.replace(" Corp", ""))
+    step("open", "Open the company page.", title=company)
+    step("open", f"The founder is {founder}. Open the founder's page.", title=founder)
+    messages.append(
+        {"role": "assistant", "reasoning_content": f"{founder} was born in {city}.", "content": f"The answer is {city}."}
+    )
+    return SearchEpisode(episode_id, question, city, tuple(messages))
+
+
+def generate(count: int, seed: int, error_rate: float = 0.25) -> list[SearchEpisode]:
+    graph = build_graph(seed)
+    rng = random.Random(f"search:{seed}")
+    return [make_episode(graph, rng, f"search-{seed}-{i}", rng.random() < error_rate) for i in range(count)]

@@ -1,0 +1,15 @@
+"""Session fixtures for the model layer: one tokenizer directory built the way the demo builds it."""
+
+import pytest
+
+from model.tokenizer import build_tokenizer_dir, load_tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory):
+    return build_tokenizer_dir(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir):
+    return load_tokenizer(tokenizer_dir)
