@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -U pip setuptools wheel
 	$(PIP) install -q $(TORCH_SPEC) $(PIP_TORCH_ARGS)
 	DS_BUILD_OPS=0 $(PIP) install -q --no-build-isolation $(DEEPSPEED_SPEC) -c constraints.txt
-	$(PIP) install -q -e '.[dev]' -c constraints.txt
+	$(PIP) install -q -e '.[dev]' -c constraints.txt --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP)

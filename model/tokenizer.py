@@ -7,7 +7,7 @@ chat_template.jinja) so `AutoTokenizer.from_pretrained(dir)` works offline.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -26,23 +26,31 @@ def chat_template_text() -> str:
     return resources.files("model").joinpath("chat_template.jinja").read_text(encoding="utf-8")
 
 
-def corpus_texts(size: int = CORPUS_SIZE, seed: int = CORPUS_SEED) -> Iterator[str]:
-    """Every piece of free text the suites put into conversations (special tokens excluded)."""
-    yield chat_template_text()
-    yield json.dumps(search.TOOLS, ensure_ascii=False)
+def suite_conversations(size: int = CORPUS_SIZE, seed: int = CORPUS_SEED) -> Iterator[tuple[list[dict], list | None]]:
+    """The embedded suites' conversations (messages, tools) the default tokenizer is trained on."""
     for problem in arith.generate(size, seed):
-        for message in problem.messages():
-            yield message["content"]
-            yield message.get("reasoning_content") or ""
+        yield problem.messages(), None
     for episode in search.generate(size // 4, seed):
-        for message in episode.messages:
-            yield message["content"]
+        yield list(episode.messages), search.TOOLS
+
+
+def corpus_texts(conversations: Iterable[tuple[list[dict], list | None]]) -> Iterator[str]:
+    """Every piece of free text in the conversations; special tokens are added, not learned."""
+    yield chat_template_text()
+    for messages, tools in conversations:
+        if tools:
+            yield json.dumps(tools, ensure_ascii=False)
+        for message in messages:
+            yield message.get("content") or ""
             yield message.get("reasoning_content") or ""
-            for call in message.get("tool_calls", []):
+            for call in message.get("tool_calls") or []:
                 yield call["name"] + json.dumps(call["arguments"], ensure_ascii=False)
 
 
-def train_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    conversations: Iterable[tuple[list[dict], list | None]] | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE
+) -> PreTrainedTokenizerFast:
+    """Train on `conversations` (default: the embedded suites); the same input gives the same tokenizer."""
     # Digits stay single tokens so arithmetic is learnable at demo scale.
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
@@ -56,7 +64,7 @@ def train_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE) -> PreTrainedTokenizer
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(corpus_texts(), trainer=trainer)
+    bpe.train_from_iterator(corpus_texts(conversations or suite_conversations()), trainer=trainer)
     bpe.add_tokens([AddedToken(token, normalized=False, special=False) for token in st.STRUCTURE_TOKENS])
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
@@ -69,9 +77,11 @@ def train_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE) -> PreTrainedTokenizer
     )
 
 
-def build_tokenizer_dir(out_dir: str | Path, vocab_size: int = DEFAULT_VOCAB_SIZE) -> Path:
+def build_tokenizer_dir(
+    out_dir: str | Path, conversations: Iterable[tuple[list[dict], list | None]] | None = None
+) -> Path:
     out = Path(out_dir)
-    train_tokenizer(vocab_size).save_pretrained(out)
+    train_tokenizer(conversations).save_pretrained(out)
     return out
 
 

@@ -1,0 +1,1 @@
+"""Infrastructure shared by every pipeline stage (storage, compute plumbing)."""

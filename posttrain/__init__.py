@@ -1,0 +1,1 @@
+"""posttrain: the command line that drives the pipeline (`posttrain --help`)."""

@@ -1,0 +1,95 @@
+"""`posttrain demo` then `posttrain lineage`: the ancestry, its JSON, and byte-level verification."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.s3_server import raw_s3_client
+
+POSTTRAIN = str(Path(sys.executable).with_name("posttrain"))
+pytestmark = pytest.mark.slow
+
+
+def posttrain(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([POSTTRAIN, *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demo")
+    result = posttrain("demo", "--store", str(root / "store"), "--out", str(root / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return root, json.loads((root / "out" / "summary.json").read_text())
+
+
+def flip_byte(path: Path, offset: int = 100) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_help_lists_commands_and_lineage_options():
+    assert all(word in posttrain("--help").stdout for word in ("lineage", "demo"))
+    help_text = posttrain("lineage", "--help").stdout
+    assert "--json" in help_text and "--verify" in help_text
+
+
+def test_lineage_shows_the_whole_ancestry(demo_run):
+    _, summary = demo_run
+    checkpoint = summary["checkpoint"]["uri"]
+    ancestry = json.loads(posttrain("lineage", checkpoint, "--json").stdout)
+    assert ancestry["kind"] == "checkpoint" and ancestry["code"]["git_sha"]
+    (tokenizer,) = ancestry["ancestors"]
+    assert tokenizer["role"] == "tokenizer"
+    assert sorted(node["uri"] for node in tokenizer["ancestors"]) == sorted(summary["datasets"])
+    assert all(node["role"] == "input" and node["kind"] == "dataset" for node in tokenizer["ancestors"])
+    tree = posttrain("lineage", checkpoint)
+    assert "glm5-bpe" in tree.stdout and "arith" in tree.stdout
+    assert "-->|tokenizer|" in posttrain("lineage", checkpoint, "--format", "mermaid").stdout
+
+
+def test_verify_passes_then_names_a_flipped_checkpoint_byte(demo_run):
+    root, summary = demo_run
+    checkpoint = summary["checkpoint"]["uri"]
+    assert posttrain("lineage", checkpoint, "--verify").returncode == 0
+    weights = Path(checkpoint.removeprefix("file://")) / "model.safetensors"
+    original = weights.read_bytes()
+    flip_byte(weights)
+    try:
+        result = posttrain("lineage", checkpoint, "--verify")
+        assert result.returncode == 1
+        assert "model.safetensors" in result.stderr and checkpoint in result.stderr
+    finally:
+        weights.write_bytes(original)
+
+
+def test_verify_names_a_changed_byte_in_an_ancestors_data_input(demo_run):
+    _, summary = demo_run
+    dataset = next(uri for uri in summary["datasets"] if "/arith-" in uri)
+    parquet = Path(dataset.removeprefix("file://")) / "train.parquet"
+    original = parquet.read_bytes()
+    flip_byte(parquet, offset=len(original) // 2)
+    try:
+        result = posttrain("lineage", summary["checkpoint"]["uri"], "--verify")
+        assert result.returncode == 1
+        assert f"{dataset}" in result.stderr and "train.parquet" in result.stderr
+    finally:
+        parquet.write_bytes(original)
+
+
+def test_demo_and_lineage_over_s3(s3_root, moto_endpoint, tmp_path):
+    result = posttrain("demo", "--store", s3_root, "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    checkpoint = summary["checkpoint"]["uri"]
+    assert checkpoint.startswith("s3://") and posttrain("lineage", checkpoint, "--verify").returncode == 0
+    bucket, _, prefix = checkpoint.removeprefix("s3://").partition("/")
+    client = raw_s3_client(moto_endpoint)
+    body = bytearray(client.get_object(Bucket=bucket, Key=f"{prefix}/config.json")["Body"].read())
+    body[5] ^= 0x01
+    client.put_object(Bucket=bucket, Key=f"{prefix}/config.json", Body=bytes(body))
+    result = posttrain("lineage", checkpoint, "--verify")
+    assert result.returncode == 1 and "config.json" in result.stderr
