@@ -15,6 +15,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from model import special_tokens as st
+from model.renderer import tools_text
 from suites import arith, search
 
 DEFAULT_VOCAB_SIZE = 2048
@@ -39,7 +40,8 @@ def corpus_texts(conversations: Iterable[tuple[list[dict], list | None]]) -> Ite
     yield chat_template_text()
     for messages, tools in conversations:
         if tools:
-            yield json.dumps(tools, ensure_ascii=False)
+            # The rendered tools block is text the model reads in every tool conversation.
+            yield tools_text(tools)
         for message in messages:
             yield message.get("content") or ""
             yield message.get("reasoning_content") or ""
@@ -54,7 +56,7 @@ def train_tokenizer(
     # Digits stay single tokens so arithmetic is learnable at demo scale.
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(

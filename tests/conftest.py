@@ -1,3 +1,9 @@
 # Shared fixtures live in their own modules; pytest finds them through these imports.
+from hypothesis import settings
+
 from tests.model_fixtures import tokenizer, tokenizer_dir  # noqa: F401
 from tests.s3_server import faulty_proxy, moto_endpoint, s3_root, store_root  # noqa: F401
+
+# Same examples on every run: a red CI is reproducible and a green one is not luck.
+settings.register_profile("posttrain", derandomize=True, deadline=None, print_blob=True)
+settings.load_profile("posttrain")
