@@ -17,6 +17,7 @@ export AWS_EC2_METADATA_DISABLED := true
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 60
 
 .PHONY: venv demo test clean
 
@@ -31,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/posttrain demo
+	$(VENV)/bin/posttrain pipeline --preset tiny
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

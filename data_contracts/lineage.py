@@ -31,7 +31,7 @@ class _Record(BaseModel):
 class ParentRef(_Record):
     """Another committed artifact this one was derived from."""
 
-    role: Literal["init", "teacher", "reward_model", "tokenizer", "resume"]
+    role: Literal["init", "teacher", "reward_model", "tokenizer", "resume", "evaluated"]
     uri: str
     digest: str
 

@@ -55,17 +55,48 @@ def lineage(
 
 
 @app.command()
-def demo(
+def prepare(
     store: str = typer.Option(None, help="Artifact store root (default $POSTTRAIN_STORE or ./artifacts)."),
-    out: Path = typer.Option(Path("runs/demo"), help="Where the demo writes its report."),
+    preset: str = typer.Option("glm5-tiny", help="Model preset of the initial checkpoint."),
     seed: int = typer.Option(0, help="Seed for data, tokenizer corpus and model initialisation."),
+    out: Path = typer.Option(None, help="Also write the URIs as JSON to this file."),
 ) -> None:
-    """Run the pipeline on the embedded default: suites → tokenizer → glm5-tiny → store round-trip."""
-    from posttrain.demo import run_demo
+    """Stage 0 alone: publish the embedded suites, train the tokenizer, build the initial checkpoint."""
+    from infra.store import open_store
+    from stages.prepare import prepare as prepare_stage
+    from suites.prepare import SUITES, SuiteSizes
 
-    summary = run_demo(store_root=store, out_dir=out, seed=seed, console=console)
-    if not summary["ok"]:
-        raise typer.Exit(1)
+    with console.status("publishing suites, training the tokenizer, building the initial checkpoint"):
+        prepared = prepare_stage(open_store(store), suites=list(SUITES), sizes=SuiteSizes(), preset=preset, seed=seed,
+                                 triggered_by="posttrain prepare")
+    summary = {
+        "datasets": {suite: artifact.uri for suite, artifact in prepared.datasets.items()},
+        "rows": prepared.rows,
+        "tokenizer": prepared.tokenizer.uri,
+        "init_checkpoint": prepared.init_checkpoint.uri,
+        "parameters": prepared.parameters,
+    }
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(summary, indent=2) + "\n")
+    typer.echo(json.dumps(summary, indent=2))
+
+
+@app.command()
+def pipeline(
+    preset: str = typer.Option("tiny", help="Pipeline preset: model size, data sizes and every stage's config."),
+    seed: int = typer.Option(0, help="Seed for every stage."),
+    store: str = typer.Option(None, help="Artifact store root (default $POSTTRAIN_STORE or ./artifacts)."),
+    reports: Path = typer.Option(Path("artifacts/runs"), help="Where run reports go (<run_id>/summary.json, LATEST)."),
+    nproc: int = typer.Option(1, help="Trainer processes per stage on this machine."),
+) -> None:
+    """Run the whole pipeline as a Prefect flow and write its report (what `make demo` runs)."""
+    from flows.pipeline import pipeline as pipeline_flow
+    from flows.params import PipelineParams
+
+    summary = pipeline_flow(PipelineParams(preset=preset, seed=seed, store=store, reports_dir=str(reports),
+                                           nproc=nproc))
+    typer.echo(f"report: {summary['report']}")
 
 
 if __name__ == "__main__":

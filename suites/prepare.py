@@ -1,18 +1,147 @@
-"""The embedded suites as `chat@1` rows with held-out splits: what `posttrain demo` publishes."""
+"""The embedded suites as contract rows with held-out splits: what `posttrain demo` publishes.
+
+Every suite yields `Example`s — one conversation plus what RL needs to grade it — from which come its
+`chat@1` SFT rows (with a thinking-mode mix), its `prompt@1` RL prompts and, for suites with a notion of
+a worse reply, `preference@1` pairs. A test split never repeats a training prompt (`_split`).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from data_contracts.conversation import message_record
-from suites import arith, search
+from suites import arith, chat, instruct, judge, search
+from model.thinking import CHAT_THINKING_MODE, DEFAULT_THINKING_MIX, apply_thinking_mode, assign_modes
 
 
 @dataclass(frozen=True)
 class SuiteSizes:
     train: int = 2000
     test: int = 500
+
+
+@dataclass(frozen=True)
+class Example:
+    """One suite item: its full conversation plus what RL needs to pose and grade its prompt."""
+
+    id: str
+    messages: tuple[dict, ...]
+    # What an RL reward grades against: the answer, or null where a rule or a reward model grades.
+    reference_answer: str | None = None
+    metadata: Mapping | None = None
+    tools: Sequence[Mapping] | None = None
+
+    @property
+    def prompt(self) -> tuple[dict, ...]:
+        """The conversation up to the first assistant turn: what an RL policy is asked."""
+        first_reply = next(i for i, message in enumerate(self.messages) if message["role"] == "assistant")
+        return self.messages[:first_reply]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A prompt with a better and a worse reply to it."""
+
+    id: str
+    prompt: tuple[dict, ...]
+    chosen: str
+    rejected: str
+
+
+def split_seed(seed: int, split: str) -> int:
+    """The seed a split is generated from; evaluators rebuild a split's search graph from it."""
+    # Splits use different seeds, so held-out problems are drawn independently of training ones.
+    return seed * 2 + (split == "test")
+
+
+def _arith_examples(split: str, count: int, seed: int) -> list[Example]:
+    return [
+        Example(p.id, tuple(p.messages()), str(p.answer), {"level": p.level, "expression": p.expression})
+        for p in arith.generate(count, split_seed(seed, split))
+    ]
+
+
+def _search_examples(split: str, count: int, seed: int) -> list[Example]:
+    # The graph seed lets an RL environment rebuild the graph the episode's tools answer from.
+    graph_seed = split_seed(seed, split)
+    return [
+        Example(e.id, e.messages, e.answer, {"graph_seed": graph_seed, "question": e.question}, search.TOOLS)
+        for e in search.generate(count, graph_seed)
+    ]
+
+
+def _instruct_examples(split: str, count: int, seed: int) -> list[Example]:
+    # Graded by rule (`instruct.check`), so the constraints are the reference and the answer is null.
+    return [
+        Example(item.id, tuple(item.messages()), None, {"topic": item.topic, "constraints": list(item.constraints)})
+        for item in instruct.generate(count, seed, split)
+    ]
+
+
+def _chat_examples(split: str, count: int, seed: int) -> list[Example]:
+    # The anchor is the reference a GRM grades against, not an answer to match.
+    return [
+        Example(p.id, tuple(p.messages()), p.anchor, {"subject": p.subject})
+        for p in chat.generate(count, seed, split)
+    ]
+
+
+def _judge_examples(split: str, count: int, seed: int) -> list[Example]:
+    return [Example(e.id, tuple(e.messages())) for e in judge.generate(count, seed, split)]
+
+
+def _instruct_pairs(split: str, count: int, seed: int) -> list[Pair]:
+    return [
+        Pair(f"{item.id}-pref", tuple(item.messages()[:1]), item.reference, item.violating_reply)
+        for item in instruct.generate(count, seed, split)
+    ]
+
+
+def _chat_pairs(split: str, count: int, seed: int) -> list[Pair]:
+    return [
+        Pair(f"{p.prompt.id}-{p.rejection_kind}", tuple(p.prompt.prompt_messages()), p.chosen, p.rejected)
+        for p in chat.preference_pairs(count, seed, split)
+    ]
+
+
+SUITES: dict[str, Callable[[str, int, int], list[Example]]] = {
+    "arith": _arith_examples,
+    "search": _search_examples,
+    "instruct": _instruct_examples,
+    "chat": _chat_examples,
+}
+PREFERENCE_SUITES: dict[str, Callable[[str, int, int], list[Pair]]] = {
+    "instruct": _instruct_pairs,
+    "chat": _chat_pairs,
+}
+
+Item = TypeVar("Item", Example, Pair)
+
+
+def user_text(messages: Sequence[Mapping]) -> str:
+    return "\n".join(message["content"] for message in messages if message["role"] == "user")
+
+
+def _split(make: Callable[[str, int, int], list[Item]], sizes: SuiteSizes, seed: int) -> dict[str, list[Item]]:
+    """Train and test items, with every test item whose user prompt training also asks dropped.
+
+    Suites that draw both splits from one space (arith's numbers, search's names) can collide by
+    chance; dropped items are replaced by drawing further, which works because every generator's
+    longer run starts with its shorter one.
+    """
+    train = make("train", sizes.train, seed)
+    seen = {user_text(item.prompt) for item in train}
+    drawn = sizes.test
+    while True:
+        test = [item for item in make("test", drawn, seed) if user_text(item.prompt) not in seen]
+        if len(test) >= sizes.test:
+            return {"train": train, "test": test[: sizes.test]}
+        if drawn > 16 * (sizes.test + 1):
+            raise ValueError(f"cannot draw {sizes.test} held-out items that training does not already ask")
+        drawn *= 2
 
 
 def chat_row(conversation_id: str, suite: str, split: str, messages, tools=None, thinking_mode="interleaved") -> dict:
@@ -26,22 +155,59 @@ def chat_row(conversation_id: str, suite: str, split: str, messages, tools=None,
     }
 
 
-def arith_rows(split: str, count: int, seed: int) -> list[dict]:
-    # Splits use different seeds, so held-out problems are drawn independently of training ones.
-    split_seed = seed * 2 + (split == "test")
-    return [chat_row(p.id, "arith", split, p.messages()) for p in arith.generate(count, split_seed)]
+def _chat_rows(suite: str, split: str, examples: list[Example], seed: int, thinking_mix: Mapping[str, float]):
+    modes = assign_modes([example.id for example in examples], thinking_mix, seed)
+    rows = []
+    for example, mode in zip(examples, modes):
+        messages, _ = apply_thinking_mode(example.messages, mode)
+        rows.append(chat_row(example.id, suite, split, messages, example.tools, CHAT_THINKING_MODE[mode]))
+    return rows
 
 
-def search_rows(split: str, count: int, seed: int) -> list[dict]:
-    split_seed = seed * 2 + (split == "test")
-    return [
-        chat_row(e.id, "search", split, e.messages, search.TOOLS) for e in search.generate(count, split_seed)
-    ]
+def suite_splits(
+    suite: str, sizes: SuiteSizes, seed: int, thinking_mix: Mapping[str, float] = DEFAULT_THINKING_MIX
+) -> dict[str, list[dict]]:
+    """chat@1 rows of one suite per split; `thinking_mix` weighs the modes of `suites.thinking.MODES`."""
+    splits = _split(SUITES[suite], sizes, seed)
+    return {split: _chat_rows(suite, split, examples, seed, thinking_mix) for split, examples in splits.items()}
 
 
-SUITES = {"arith": arith_rows, "search": search_rows}
+def judge_splits(
+    sizes: SuiteSizes, seed: int, thinking_mix: Mapping[str, float] = DEFAULT_THINKING_MIX
+) -> dict[str, list[dict]]:
+    """chat@1 rows (suite "judge") that teach the GRM to grade chat replies against their anchors."""
+    splits = _split(_judge_examples, sizes, seed)
+    return {split: _chat_rows("judge", split, examples, seed, thinking_mix) for split, examples in splits.items()}
 
 
-def suite_splits(suite: str, sizes: SuiteSizes, seed: int) -> dict[str, list[dict]]:
-    make_rows = SUITES[suite]
-    return {"train": make_rows("train", sizes.train, seed), "test": make_rows("test", sizes.test, seed)}
+def prompt_splits(suite: str, sizes: SuiteSizes, seed: int) -> dict[str, list[dict]]:
+    """prompt@1 rows of one suite per split: the same prompts its chat@1 rows answer."""
+
+    def row(example: Example) -> dict:
+        return {
+            "id": example.id,
+            "domain": suite,
+            "source": f"suites.{suite}",
+            "messages": [message_record(message) for message in example.prompt],
+            "reference_answer": example.reference_answer,
+            "metadata_json": json.dumps(example.metadata, ensure_ascii=False, sort_keys=True),
+        }
+
+    return {split: [row(e) for e in examples] for split, examples in _split(SUITES[suite], sizes, seed).items()}
+
+
+def preference_splits(suite: str, sizes: SuiteSizes, seed: int) -> dict[str, list[dict]]:
+    """preference@1 rows of one of `PREFERENCE_SUITES` per split."""
+
+    def row(pair: Pair) -> dict:
+        return {
+            "id": pair.id,
+            "domain": suite,
+            "prompt": [message_record(message) for message in pair.prompt],
+            "chosen": pair.chosen,
+            "rejected": pair.rejected,
+            "source": f"suites.{suite}",
+        }
+
+    splits = _split(PREFERENCE_SUITES[suite], sizes, seed)
+    return {split: [row(pair) for pair in pairs] for split, pairs in splits.items()}

@@ -1,4 +1,4 @@
-"""`posttrain demo` then `posttrain lineage`: the ancestry, its JSON, and byte-level verification."""
+"""`posttrain prepare` then `posttrain lineage`: the ancestry, its JSON, and byte-level verification."""
 
 import json
 import subprocess
@@ -18,11 +18,11 @@ def posttrain(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("demo")
-    result = posttrain("demo", "--store", str(root / "store"), "--out", str(root / "out"))
+def prepared_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prepared")
+    result = posttrain("prepare", "--store", str(root / "store"), "--out", str(root / "prepared.json"))
     assert result.returncode == 0, result.stdout + result.stderr
-    return root, json.loads((root / "out" / "summary.json").read_text())
+    return root, json.loads((root / "prepared.json").read_text())
 
 
 def flip_byte(path: Path, offset: int = 100) -> None:
@@ -32,28 +32,28 @@ def flip_byte(path: Path, offset: int = 100) -> None:
 
 
 def test_help_lists_commands_and_lineage_options():
-    assert all(word in posttrain("--help").stdout for word in ("lineage", "demo"))
+    assert all(word in posttrain("--help").stdout for word in ("lineage", "prepare", "pipeline"))
     help_text = posttrain("lineage", "--help").stdout
     assert "--json" in help_text and "--verify" in help_text
 
 
-def test_lineage_shows_the_whole_ancestry(demo_run):
-    _, summary = demo_run
-    checkpoint = summary["checkpoint"]["uri"]
+def test_lineage_shows_the_whole_ancestry(prepared_store):
+    _, summary = prepared_store
+    checkpoint = summary["init_checkpoint"]
     ancestry = json.loads(posttrain("lineage", checkpoint, "--json").stdout)
     assert ancestry["kind"] == "checkpoint" and ancestry["code"]["git_sha"]
     (tokenizer,) = ancestry["ancestors"]
     assert tokenizer["role"] == "tokenizer"
-    assert sorted(node["uri"] for node in tokenizer["ancestors"]) == sorted(summary["datasets"])
+    assert sorted(node["uri"] for node in tokenizer["ancestors"]) == sorted(summary["datasets"].values())
     assert all(node["role"] == "input" and node["kind"] == "dataset" for node in tokenizer["ancestors"])
     tree = posttrain("lineage", checkpoint)
     assert "glm5-bpe" in tree.stdout and "arith" in tree.stdout
     assert "-->|tokenizer|" in posttrain("lineage", checkpoint, "--format", "mermaid").stdout
 
 
-def test_verify_passes_then_names_a_flipped_checkpoint_byte(demo_run):
-    root, summary = demo_run
-    checkpoint = summary["checkpoint"]["uri"]
+def test_verify_passes_then_names_a_flipped_checkpoint_byte(prepared_store):
+    root, summary = prepared_store
+    checkpoint = summary["init_checkpoint"]
     assert posttrain("lineage", checkpoint, "--verify").returncode == 0
     weights = Path(checkpoint.removeprefix("file://")) / "model.safetensors"
     original = weights.read_bytes()
@@ -66,25 +66,25 @@ def test_verify_passes_then_names_a_flipped_checkpoint_byte(demo_run):
         weights.write_bytes(original)
 
 
-def test_verify_names_a_changed_byte_in_an_ancestors_data_input(demo_run):
-    _, summary = demo_run
-    dataset = next(uri for uri in summary["datasets"] if "/arith-" in uri)
+def test_verify_names_a_changed_byte_in_an_ancestors_data_input(prepared_store):
+    _, summary = prepared_store
+    dataset = summary["datasets"]["arith"]
     parquet = Path(dataset.removeprefix("file://")) / "train.parquet"
     original = parquet.read_bytes()
     flip_byte(parquet, offset=len(original) // 2)
     try:
-        result = posttrain("lineage", summary["checkpoint"]["uri"], "--verify")
+        result = posttrain("lineage", summary["init_checkpoint"], "--verify")
         assert result.returncode == 1
         assert f"{dataset}" in result.stderr and "train.parquet" in result.stderr
     finally:
         parquet.write_bytes(original)
 
 
-def test_demo_and_lineage_over_s3(s3_root, moto_endpoint, tmp_path):
-    result = posttrain("demo", "--store", s3_root, "--out", str(tmp_path / "out"))
+def test_prepare_and_lineage_over_s3(s3_root, moto_endpoint, tmp_path):
+    result = posttrain("prepare", "--store", s3_root, "--out", str(tmp_path / "prepared.json"))
     assert result.returncode == 0, result.stdout + result.stderr
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    checkpoint = summary["checkpoint"]["uri"]
+    summary = json.loads((tmp_path / "prepared.json").read_text())
+    checkpoint = summary["init_checkpoint"]
     assert checkpoint.startswith("s3://") and posttrain("lineage", checkpoint, "--verify").returncode == 0
     bucket, _, prefix = checkpoint.removeprefix("s3://").partition("/")
     client = raw_s3_client(moto_endpoint)

@@ -1,0 +1,1 @@
+"""Prefect flows: one per stage plus the pipeline that chains them by checkpoint URI."""

@@ -1,0 +1,54 @@
+"""Pipeline presets: everything a preset name stands for, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stages.eval_stage import EvalSettings
+from suites.prepare import SuiteSizes
+
+
+@dataclass(frozen=True)
+class PipelinePreset:
+    model: str
+    sizes: dict[str, SuiteSizes]  # every published suite and its split sizes
+    sft_suites: tuple[str, ...] = ("arith", "search")  # what SFT trains on; the rest feed later stages
+    sft: dict = field(default_factory=dict)  # SftConfig fields beyond the defaults
+    eval: EvalSettings = field(default_factory=EvalSettings)
+
+
+PIPELINE_PRESETS = {
+    # A minute-long check that an installation runs every stage end to end; learns nothing useful.
+    "smoke": PipelinePreset(
+        model="glm5-tiny",
+        sizes={suite: SuiteSizes(train=64, test=16) for suite in ("arith", "search", "instruct", "chat")},
+        sft=dict(max_steps=6, global_batch_size=8, warmup_steps=2, eval_every=3, eval_samples=8,
+                 checkpoint_every=100, dsa=dict(dense_steps=2, indexer_warmup_steps=2)),
+        eval=EvalSettings(limit_per_suite=8, batch_size=8, max_new_tokens=24),
+    ),
+    # The demo: about 4 minutes of SFT on 2 CPU cores.
+    "tiny": PipelinePreset(
+        model="glm5-tiny",
+        # Arithmetic dominates SFT: it is what later RL stages improve, and it needs the most samples.
+        sizes={"arith": SuiteSizes(train=8000, test=1000), "search": SuiteSizes(train=1000, test=200),
+               "instruct": SuiteSizes(train=1000, test=200), "chat": SuiteSizes(train=1000, test=200)},
+        sft=dict(max_steps=450, global_batch_size=64, lr=3e-3, warmup_steps=30, eval_every=75,
+                 checkpoint_every=150, dsa=dict(dense_steps=230, indexer_warmup_steps=30)),
+        eval=EvalSettings(limit_per_suite=200, batch_size=64, max_new_tokens=96),
+    ),
+    # A single-GPU preset: a 40M model and longer training.
+    "small": PipelinePreset(
+        model="glm5-small",
+        sizes={"arith": SuiteSizes(train=50000, test=1000), "search": SuiteSizes(train=5000, test=500),
+               "instruct": SuiteSizes(train=5000, test=500), "chat": SuiteSizes(train=5000, test=500)},
+        sft=dict(max_steps=3000, global_batch_size=64, lr=1e-3, warmup_steps=100, eval_every=250,
+                 checkpoint_every=500, dsa=dict(dense_steps=1500, indexer_warmup_steps=200)),
+        eval=EvalSettings(limit_per_suite=1000, batch_size=128, max_new_tokens=128),
+    ),
+}
+
+
+def get_preset(name: str) -> PipelinePreset:
+    if name not in PIPELINE_PRESETS:
+        raise ValueError(f"unknown pipeline preset {name!r}; known: {', '.join(sorted(PIPELINE_PRESETS))}")
+    return PIPELINE_PRESETS[name]

@@ -1,0 +1,67 @@
+"""The run report: summary.json, report.md and PNG learning curves under <reports_dir>/<run_id>/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def plot_curves(stage: str, history: list[dict], out: Path) -> Path | None:
+    steps = [record for record in history if "loss" in record]
+    if not steps:
+        return None
+    figure, axis = plt.subplots(figsize=(7, 4))
+    axis.plot([r["step"] for r in steps], [r["loss"] for r in steps], label="train loss", linewidth=1)
+    heldout = [r for r in steps if "heldout_loss" in r]
+    if heldout:
+        axis.plot([r["step"] for r in heldout], [r["heldout_loss"] for r in heldout], "o-", label="held-out loss")
+    for phase in ("indexer_warmup", "sparse"):
+        first = next((r["step"] for r in steps if r.get("phase") == phase), None)
+        if first is not None:
+            axis.axvline(first, color="grey", linestyle=":", linewidth=1)
+            axis.text(first, axis.get_ylim()[1], f" {phase}", va="top", fontsize=8, color="grey")
+    axis.set_xlabel("optimizer step")
+    axis.set_ylabel("loss")
+    axis.set_title(f"{stage}: learning curve")
+    axis.legend()
+    figure.tight_layout()
+    path = out / f"{stage}_loss.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def _metrics_table(before: dict[str, float], after: dict[str, float], extra: dict[str, dict[str, float]]) -> list[str]:
+    headers = ["metric", "before", "after", *extra]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for name in sorted(after):
+        cells = [name, f"{before.get(name, float('nan')):.3f}", f"{after[name]:.3f}"]
+        cells += [f"{column.get(name, float('nan')):.3f}" for column in extra.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
+                 extra_columns: dict[str, dict[str, dict[str, float]]]) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    lines = [f"# posttrain run {summary['run_id']}", "",
+             f"preset `{summary['preset']}`, wall time {summary['wall_s']:.0f} s", ""]
+    for stage in summary["stages"]:
+        name = stage["stage"]
+        lines += [f"## {name}", "", f"- checkpoint: `{stage['checkpoint']}`",
+                  f"- wall time: {stage['wall_s']:.0f} s, trained tokens: {stage['train_tokens']:,}", ""]
+        lines += _metrics_table(stage["metrics_before"], stage["metrics_after"], extra_columns.get(name, {}))
+        curve = plot_curves(name, histories.get(name, []), run_dir)
+        if curve:
+            lines += ["", f"![{name} learning curve]({curve.name})"]
+        lines.append("")
+    report = run_dir / "report.md"
+    report.write_text("\n".join(lines))
+    (run_dir.parent / "LATEST").write_text(summary["run_id"] + "\n")
+    return report

@@ -1,0 +1,62 @@
+"""Start a stage as a (Deep)Speed job and stream its output: the local launcher.
+
+One process runs as plain `python -m <module>`; several run under `torchrun --standalone` on this
+machine. The job's stdout/stderr lines go to `on_line` as they arrive (the Prefect flow forwards
+them to the run log and turns progress events into a progress artifact). Multi-node launchers
+(DeepSpeed hostfile, Kubernetes, Slurm) start the very same command on each node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class StageFailed(RuntimeError):
+    def __init__(self, module: str, returncode: int, tail: list[str]):
+        self.returncode, self.tail = returncode, tail
+        super().__init__(f"{module} exited with {returncode}; last lines:\n" + "\n".join(tail))
+
+
+@dataclass(frozen=True)
+class LocalLauncher:
+    nproc: int = 1
+    threads_per_proc: int | None = None
+
+    def command(self, module: str, config_path: Path) -> list[str]:
+        if self.nproc == 1:
+            return [sys.executable, "-m", module, "--config", str(config_path)]
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.nproc}",
+                "-m", module, "--config", str(config_path)]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        threads = self.threads_per_proc or max(1, (os.cpu_count() or 1) // self.nproc)
+        # Several ranks on one CPU must not each spawn a thread per core.
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+        if not _has_cuda():
+            env.setdefault("DS_ACCELERATOR", "cpu")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def run(self, module: str, config_path: Path, on_line: Callable[[str], None], cwd: Path | None = None) -> None:
+        tail: list[str] = []
+        with subprocess.Popen(self.command(module, config_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, bufsize=1, env=self.environment(), cwd=cwd) as process:
+            for line in process.stdout:
+                line = line.rstrip("\n")
+                tail = (tail + [line])[-40:]
+                on_line(line)
+            returncode = process.wait()
+        if returncode != 0:
+            raise StageFailed(module, returncode, tail)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,71 @@
+"""Process-group set-up shared by every trainer: one code path for a laptop, torchrun and a cluster.
+
+On a machine without CUDA DeepSpeed runs on its CPU accelerator with the gloo backend; a lone
+process (no launcher) still gets the rendezvous variables DeepSpeed insists on.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world_size: int
+    local_rank: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def init_distributed() -> Dist:
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
+    import deepspeed
+    import deepspeed.ops
+
+    # DeepSpeed's CPU accelerator JIT-compiles a shared-memory all-reduce op on first use (minutes on
+    # a fresh machine); gloo's all-reduce is plenty for what CPU runs exchange.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    return Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+
+
+def all_mean(value: float) -> float:
+    """The mean of a scalar over ranks (for logging the same curve whatever the world size)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return tensor.item() / dist.get_world_size()
+
+
+def deepspeed_config(global_batch: int, world_size: int, zero_stage: int, grad_clip: float) -> dict:
+    if global_batch % world_size:
+        raise ValueError(f"global_batch_size {global_batch} is not divisible by the world size {world_size}")
+    return {
+        "train_batch_size": global_batch,
+        "train_micro_batch_size_per_gpu": global_batch // world_size,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": grad_clip,
+        "zero_optimization": {"stage": zero_stage},
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }

@@ -1,0 +1,80 @@
+"""Evaluate a committed checkpoint on the held-out splits and commit the metrics as an eval@1 artifact.
+
+Runs the same model twice when asked: with DSA sparse attention (how it is served) and dense, so a
+report can show what sparsity costs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_contracts import EVAL_V1, write_parquet
+from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
+from infra.publish import data_input, parent_ref, publish_directory
+from infra.store import ArtifactStore
+from model.dsa import install_dsa_indexers, set_dense_attention
+from model.presets import load_model
+from model.tokenizer import load_tokenizer
+from stages.evaluation.evaluate import SUITES as EVALUATED_SUITES
+from stages.evaluation.evaluate import evaluate
+from stages.evaluation.report import eval_rows
+from stages.sft_data import load_split
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    limit_per_suite: int = 200
+    batch_size: int = 64
+    max_new_tokens: int = 96
+    seed: int = 0  # the seed the suites were prepared with
+
+
+def evaluate_checkpoint(
+    store: ArtifactStore, checkpoint_uri: str, dataset_uris: dict[str, str], settings: EvalSettings,
+    attention: tuple[str, ...] = ("sparse",),
+) -> dict[str, dict[str, float]]:
+    """{attention: metrics} for the checkpoint, committed as `evals/<checkpoint>-<settings>`."""
+    checkpoint = store.open(checkpoint_uri)
+    datasets = {suite: store.open(uri) for suite, uri in dataset_uris.items() if suite in EVALUATED_SUITES}
+    config = {"settings": settings.__dict__, "attention": list(attention), "checkpoint": checkpoint.digest,
+              "datasets": {suite: d.digest for suite, d in datasets.items()}}
+    name = f"evals/{checkpoint.uri.rsplit('/', 1)[-1]}-{config_digest(config)[:12]}"
+    if store.is_committed(name):  # evaluated before with exactly these inputs: read the record back
+        return _results_from_summary(Lineage.model_validate(store.open(name).lineage()).eval_summary)
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="posttrain-eval-") as tmp:
+        workdir = Path(tmp)
+        local = checkpoint.download(workdir / "checkpoint")
+        model, tokenizer = load_model(local).eval(), load_tokenizer(local)
+        install_dsa_indexers(model)
+        rows = {suite: load_split([dataset], "test", workdir / suite) for suite, dataset in datasets.items()}
+        all_rows = []
+        for mode in attention:
+            set_dense_attention(model, dense=mode == "dense")
+            report = evaluate(model, tokenizer, rows, seed=settings.seed, limit_per_suite=settings.limit_per_suite,
+                              batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens)
+            results[mode] = report.metrics
+            all_rows += [dict(row, metric=f"{row['metric']}@{mode}") for row in eval_rows(report, checkpoint.uri, "test")]
+        out = workdir / "eval"
+        out.mkdir()
+        write_parquet(EVAL_V1, all_rows, out / "metrics.parquet")
+        lineage = Lineage(
+            kind="eval", name=f"eval of {checkpoint.uri.rsplit('/', 1)[-1]}",
+            parents=[parent_ref(checkpoint, "evaluated")], inputs=[data_input(d, None, "chat@1") for d in datasets.values()],
+            config=config, config_sha256=config_digest(config), code=current_code_version(),
+            libraries=library_versions(), seed=settings.seed, eval_summary={
+                f"{name}@{mode}": value for mode, metrics in results.items() for name, value in metrics.items()
+            },
+        )
+        publish_directory(store, name, out, lineage)
+    return results
+
+
+def _results_from_summary(summary: dict[str, float]) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
+    for key, value in summary.items():
+        name, _, mode = key.rpartition("@")
+        results.setdefault(mode, {})[name] = value
+    return results

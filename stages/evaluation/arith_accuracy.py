@@ -1,0 +1,54 @@
+"""`arith`: one turn per problem, exact-match answers, thinking on for even rows and off for odd ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from stages.evaluation.answers import stated_integer
+from stages.evaluation.generation import GenerateTurns, Prompt
+from stages.evaluation.references import prompt_messages, reference_answer, row_tools
+from stages.evaluation.turns import TurnScore, score_turn
+
+
+@dataclass(frozen=True)
+class ArithResult:
+    id: str
+    expected: int
+    turn: TurnScore
+
+    @property
+    def answer(self) -> int | None:
+        return stated_integer(self.turn.parsed.reply) if self.turn.parsed.well_formed else None
+
+    @property
+    def format_valid(self) -> bool:
+        # A reply that is not exactly "The answer is <int>." would be unreadable to a grader.
+        return self.turn.format_valid and not self.turn.parsed.tool_calls and self.answer is not None
+
+    @property
+    def correct(self) -> bool:
+        return self.answer == self.expected
+
+
+def thinking_for(index: int) -> bool:
+    """Half the problems are asked with thinking on, half off; by index, so every run splits alike."""
+    return index % 2 == 0
+
+
+def score_arith(row_id: str, expected: int, text: str, thinking: bool) -> ArithResult:
+    return ArithResult(row_id, expected, score_turn(text, thinking))
+
+
+def run_arith(
+    rows: Sequence[Mapping], generate: GenerateTurns, *, batch_size: int, advance: Callable[[int], None]
+) -> list[ArithResult]:
+    results = []
+    for start in range(0, len(rows), batch_size):
+        batch = list(enumerate(rows[start : start + batch_size], start))
+        prompts = [Prompt(prompt_messages(row), row_tools(row), thinking_for(index)) for index, row in batch]
+        texts = generate(prompts)
+        for (index, row), text in zip(batch, texts, strict=True):
+            results.append(score_arith(row["id"], int(reference_answer(row)), text, thinking_for(index)))
+        advance(len(batch))
+    return results

@@ -1,0 +1,61 @@
+"""Per-example results → a flat metrics dict, and the metrics as eval@1 rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from stages.evaluation.arith_accuracy import ArithResult
+from stages.evaluation.search_episodes import Episode
+
+# The suite name eval@1 rows carry for metrics pooled over every suite's turns.
+ALL_SUITES = "all"
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    # "suite/metric" for one suite, a bare name for a metric pooled over all turns.
+    metrics: dict[str, float]
+    # How many examples (problems, episodes or turns) each metric averages over.
+    counts: dict[str, int]
+    arith: list[ArithResult] = field(repr=False)
+    search: list[Episode] = field(repr=False)
+
+
+def summarize(arith: Sequence[ArithResult], search: Sequence[Episode]) -> EvalReport:
+    """Fractions of examples; a metric with nothing to average over is left out rather than NaN."""
+    metrics: dict[str, float] = {}
+    counts: dict[str, int] = {}
+
+    def add(name: str, outcomes: Sequence[bool]) -> None:
+        if outcomes:
+            metrics[name], counts[name] = sum(outcomes) / len(outcomes), len(outcomes)
+
+    search_turns = [turn for episode in search for turn in episode.turns]
+    arith_turns = [r.turn for r in arith]
+    add("arith/accuracy", [r.correct for r in arith])
+    add("arith/accuracy_thinking_on", [r.correct for r in arith if r.turn.thinking])
+    add("arith/accuracy_thinking_off", [r.correct for r in arith if not r.turn.thinking])
+    add("arith/format_validity", [r.format_valid for r in arith])
+    add("arith/thinking_compliance", [turn.thinking_compliant for turn in arith_turns])
+    add("search/success", [episode.success for episode in search])
+    add("search/format_validity", [turn.format_valid for turn in search_turns])
+    add("search/thinking_compliance", [turn.thinking_compliant for turn in search_turns])
+    # Pooled over every generated turn; an arith turn's validity includes its answer's format.
+    add("format_validity", [r.format_valid for r in arith] + [t.format_valid for t in search_turns])
+    add("thinking_compliance", [turn.thinking_compliant for turn in arith_turns + search_turns])
+    return EvalReport(metrics, counts, list(arith), list(search))
+
+
+def eval_rows(report: EvalReport, checkpoint_uri: str, split: str, created_at: str | None = None) -> list[dict]:
+    """One eval@1 row per metric; pooled metrics get the suite name "all"."""
+    created_at = created_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    rows = []
+    for name, value in report.metrics.items():
+        suite, _, metric = name.rpartition("/")
+        rows.append({
+            "checkpoint_uri": checkpoint_uri, "suite": suite or ALL_SUITES, "metric": metric, "split": split,
+            "value": float(value), "n": report.counts[name], "created_at": created_at,
+        })
+    return rows

@@ -1,0 +1,92 @@
+"""Stage 0: the embedded suites as chat@1 datasets, a tokenizer trained on them, an initial checkpoint.
+
+Every artifact is named by the digest of what defines it, and commits are idempotent, so preparing
+twice with the same settings commits nothing new and returns the same URIs.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_contracts import CHAT_V1, read_parquet, write_parquet
+from data_contracts.conversation import messages_from_records
+from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
+from infra.publish import data_input, parent_ref, publish_directory
+from infra.store import ArtifactStore, CommittedArtifact
+from model.presets import build_model
+from model.tokenizer import build_tokenizer_dir, load_tokenizer
+from suites.prepare import SuiteSizes, suite_splits
+
+
+@dataclass(frozen=True)
+class Prepared:
+    datasets: dict[str, CommittedArtifact]  # suite → dataset
+    rows: dict[str, int]
+    tokenizer: CommittedArtifact
+    init_checkpoint: CommittedArtifact
+    parameters: int
+
+
+def _lineage(kind: str, name: str, config: dict, seed: int, triggered_by: str, **links) -> Lineage:
+    return Lineage(
+        kind=kind, name=name, config=config, config_sha256=config_digest(config), seed=seed,
+        code=current_code_version(), libraries=library_versions(), triggered_by=triggered_by, **links,
+    )
+
+
+def publish_suite(store, suite: str, sizes: SuiteSizes, seed: int, workdir: Path, triggered_by: str):
+    config = {"suite": suite, "train": sizes.train, "test": sizes.test, "contract": CHAT_V1.id}
+    local = workdir / f"dataset-{suite}"
+    local.mkdir()
+    rows = sum(write_parquet(CHAT_V1, records, local / f"{split}.parquet")
+               for split, records in suite_splits(suite, sizes, seed).items())
+    name = f"datasets/{suite}-{config_digest({**config, 'seed': seed})[:12]}"
+    return publish_directory(store, name, local, _lineage("dataset", suite, config, seed, triggered_by)), rows
+
+
+def training_conversations(datasets: list[CommittedArtifact], workdir: Path):
+    for dataset in datasets:
+        local = dataset.download(workdir / f"read-{dataset.uri.rsplit('/', 1)[-1]}")
+        for row in read_parquet(CHAT_V1, local / "train.parquet").to_pylist():
+            tools = json.loads(row["tools_json"]) if row["tools_json"] else None
+            yield messages_from_records(row["messages"]), tools
+
+
+def prepare(store: ArtifactStore, *, suites: list[str], sizes: SuiteSizes | dict[str, SuiteSizes], preset: str,
+            seed: int, triggered_by: str = "posttrain") -> Prepared:
+    """`sizes` is one size for every suite, or one per suite."""
+    with tempfile.TemporaryDirectory(prefix="posttrain-prepare-") as tmp:
+        workdir = Path(tmp)
+        size_of = sizes if isinstance(sizes, dict) else {suite: sizes for suite in suites}
+        published = {suite: publish_suite(store, suite, size_of[suite], seed, workdir, triggered_by)
+                      for suite in suites}
+        datasets = {suite: artifact for suite, (artifact, _) in published.items()}
+
+        tokenizer_local = build_tokenizer_dir(workdir / "tokenizer",
+                                              training_conversations(list(datasets.values()), workdir))
+        tokenizer_config = {"kind": "byte-level-bpe", "sources": [d.digest for d in datasets.values()]}
+        tokenizer_artifact = publish_directory(
+            store, f"tokenizers/glm5-bpe-{config_digest(tokenizer_config)[:12]}", tokenizer_local,
+            _lineage("tokenizer", "glm5-bpe", tokenizer_config, seed, triggered_by,
+                     inputs=[data_input(d, rows, CHAT_V1.id) for d, rows in published.values()]),
+        )
+        tokenizer = load_tokenizer(tokenizer_local)
+
+        model = build_model(preset, tokenizer, seed=seed)
+        checkpoint_local = workdir / "checkpoint"
+        model.save_pretrained(checkpoint_local)
+        tokenizer.save_pretrained(checkpoint_local)
+        model_config = {"preset": preset, "config": model.config.to_diff_dict(),
+                        "tokenizer": tokenizer_artifact.digest}
+        checkpoint = publish_directory(
+            store, f"checkpoints/init/{preset}-{config_digest({**model_config, 'seed': seed})[:12]}",
+            checkpoint_local,
+            _lineage("checkpoint", f"{preset} init", model_config, seed, triggered_by,
+                     parents=[parent_ref(tokenizer_artifact, "tokenizer")]),
+        )
+        parameters = sum(p.numel() for p in model.parameters())
+    return Prepared(datasets, {s: rows for s, (_, rows) in published.items()}, tokenizer_artifact, checkpoint,
+                    parameters)

@@ -1,0 +1,203 @@
+"""The trainable, tie-stable DSA indexer (model/dsa.py) against transformers' stock indexer."""
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, GlmMoeDsaForCausalLM
+
+from model.dsa import (
+    DsaIndexer,
+    indexer_kl_loss,
+    install_dsa_indexers,
+    recording_indexer_scores,
+    set_dense_attention,
+    stable_topk,
+)
+from model.presets import build_model, preset_config
+
+
+def random_ids(tokenizer, batch, length, seed=0):
+    return torch.randint(0, len(tokenizer), (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def indexer_params(model):
+    return {name: p for name, p in model.named_parameters() if ".indexer." in name}
+
+
+def eager_dsa_model(tokenizer, seed=0):
+    model = build_model("glm5-tiny", tokenizer, seed=seed)
+    model.set_attn_implementation("eager")  # attention probabilities are the indexer's target
+    install_dsa_indexers(model)
+    return model
+
+
+def kv_cache_vs_full_forward_gap(model, prompt, new_tokens):
+    """Largest logit gap between greedy decoding with a KV cache and one forward of the final sequence."""
+    out = model.generate(
+        prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+        output_logits=True, return_dict_in_generate=True,
+    )
+    decoded = torch.stack(out.logits, dim=1)
+    refed = model(out.sequences).logits[:, prompt.shape[1] - 1 : -1]
+    return (decoded - refed).abs().max().item()
+
+
+def test_stable_topk_prefers_recent_keys_and_never_masked_ones():
+    inf = float("inf")
+    scores = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0, -inf, -inf]])
+    assert stable_topk(scores, 3).tolist() == [[2, 4, 3]]
+    assert stable_topk(scores[:, :5], 3).tolist() == [[2, 4, 3]]  # as if the masked keys were not there yet
+    assert stable_topk(scores, 6).tolist() == [[2, 4, 3, 1, 0, 6]]
+
+
+@torch.no_grad()
+def test_install_keeps_parameters_and_is_idempotent(tokenizer):
+    model = build_model("glm5-tiny", tokenizer)
+    before = indexer_params(model)
+    indexers = install_dsa_indexers(model)
+    assert len(indexers) == model.config.num_hidden_layers
+    assert all(type(ix) is DsaIndexer for ix in indexers)
+    assert indexer_params(model) == before  # the very same Parameter objects, under the same names
+    assert install_dsa_indexers(model) == indexers
+
+
+@torch.no_grad()
+def test_short_sequence_logits_equal_stock(tokenizer):
+    stock = build_model("glm5-tiny", tokenizer).eval()
+    ours = copy.deepcopy(stock)
+    install_dsa_indexers(ours)
+    ids = random_ids(tokenizer, 2, stock.config.index_topk - 4)
+    assert torch.equal(ours(ids).logits, stock(ids).logits)
+
+
+@torch.no_grad()
+def test_long_sequence_logits_equal_stock_without_ties(tokenizer):
+    # Scores tie only where every indexer head's ReLU is 0; with 16 heads that (nearly) never happens.
+    config = preset_config("glm5-tiny", tokenizer)
+    config.index_n_heads = 16
+    torch.manual_seed(0)
+    stock = GlmMoeDsaForCausalLM(config).eval()
+    ours = copy.deepcopy(stock)
+    ids = random_ids(tokenizer, 2, 3 * config.index_topk)
+    with recording_indexer_scores(ours) as records:
+        logits = ours(ids).logits
+    k = config.index_topk
+    for record in records:  # the case really is tie-free where a choice is made
+        ranked = record.scores[:, k:].sort(dim=-1, descending=True).values
+        assert (ranked[..., k - 1] > ranked[..., k]).all()
+    assert torch.equal(logits, stock(ids).logits)
+
+
+@torch.no_grad()
+def test_kv_cache_decoding_selects_the_same_keys_as_a_full_forward(tokenizer):
+    stock = build_model("glm5-tiny", tokenizer, seed=3).eval()
+    for layer in stock.model.layers:  # head 0 scores exactly 0 everywhere: ties at every boundary
+        indexer = layer.self_attn.indexer
+        indexer.wq_b.weight[: indexer.head_dim].zero_()
+    ours = copy.deepcopy(stock)
+    install_dsa_indexers(ours)
+    prompt = random_ids(tokenizer, 1, 70)  # 100 tokens in the end, far past index_topk
+    assert stock.config.index_topk < 70
+    assert kv_cache_vs_full_forward_gap(ours, prompt, 30) < 1e-5
+    assert kv_cache_vs_full_forward_gap(stock, prompt, 30) > 1e-3
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_indexer_loss_trains_only_the_indexer_and_lm_loss_never_reaches_it(tokenizer, checkpointing):
+    model = eager_dsa_model(tokenizer)
+    if checkpointing:  # recomputes each layer, indexer included, during backward: after the recording ended
+        model.train().activation_checkpointing_enable()
+    set_dense_attention(model, True)
+    ids = random_ids(tokenizer, 2, 50)
+    with recording_indexer_scores(model) as records:
+        out = model(ids, labels=ids, output_attentions=True, use_cache=False)
+    assert len(records) == model.config.num_hidden_layers
+    indexer_kl_loss(out.attentions, records).backward(retain_graph=True)
+    for name, param in model.named_parameters():
+        if ".indexer." in name:
+            assert param.grad is not None and param.grad.abs().sum() > 0, name
+        else:
+            assert param.grad is None, name
+
+    model.zero_grad(set_to_none=True)
+    out.loss.backward()
+    assert all(p.grad is None for p in indexer_params(model).values())
+    assert model.lm_head.weight.grad is not None
+
+
+def test_warm_up_then_sparse_training_reduces_the_indexer_loss(tokenizer):
+    model = eager_dsa_model(tokenizer, seed=1)
+    with torch.no_grad():  # at init attention is nearly uniform and so is softmax(I): the loss starts near 0
+        for layer in model.model.layers:
+            layer.self_attn.q_b_proj.weight.mul_(30)
+    ids = random_ids(tokenizer, 2, 64, seed=1)
+    mask = torch.ones_like(ids)
+    mask[1, :20] = 0  # left padding: pad queries may see no key at all and must not poison the loss
+    optimizer = torch.optim.Adam(indexer_params(model).values(), lr=1e-2)
+
+    def train(steps, restrict_to_selected):
+        losses = []
+        for _ in range(steps):
+            with recording_indexer_scores(model) as records:
+                out = model(ids, attention_mask=mask, output_attentions=True)
+            loss = indexer_kl_loss(out.attentions, records, mask, restrict_to_selected)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    set_dense_attention(model, True)
+    dense = train(12, restrict_to_selected=False)
+    assert dense[-1] < 0.6 * dense[0]
+    set_dense_attention(model, False)
+    sparse = train(6, restrict_to_selected=True)
+    assert all(torch.isfinite(torch.tensor(sparse)))
+    assert sparse[-1] < sparse[0]
+
+
+def test_trained_indexer_survives_a_plain_transformers_round_trip(tokenizer, tmp_path):
+    model = eager_dsa_model(tokenizer, seed=2)
+    set_dense_attention(model, True)
+    optimizer = torch.optim.Adam(indexer_params(model).values(), lr=1e-2)
+    ids = random_ids(tokenizer, 2, 50)
+    for _ in range(3):
+        with recording_indexer_scores(model) as records:
+            out = model(ids, output_attentions=True)
+        optimizer.zero_grad()
+        indexer_kl_loss(out.attentions, records).backward()
+        optimizer.step()
+    assert not torch.equal(model.model.layers[0].self_attn.indexer.wk.weight, build_model(
+        "glm5-tiny", tokenizer, seed=2).model.layers[0].self_attn.indexer.wk.weight)
+
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, local_files_only=True)
+    assert type(loaded.model.layers[0].self_attn.indexer) is not DsaIndexer
+    trained, reloaded = indexer_params(model), indexer_params(loaded)
+    assert trained.keys() == reloaded.keys()
+    assert all(torch.equal(trained[name], reloaded[name]) for name in trained)
+
+
+@torch.no_grad()
+def test_dense_attention_equals_a_top_k_covering_every_key(tokenizer):
+    dense = build_model("glm5-tiny", tokenizer).eval()
+    wide = copy.deepcopy(dense)
+    set_dense_attention(dense, True)
+    ids = random_ids(tokenizer, 2, 3 * dense.config.index_topk)
+    for indexer in install_dsa_indexers(wide):
+        indexer.index_topk = ids.shape[1]
+    assert torch.equal(dense(ids).logits, wide(ids).logits)
+    set_dense_attention(dense, False)
+    assert not torch.allclose(dense(ids).logits, wide(ids).logits)
+
+
+def test_loss_needs_records_and_attention_probabilities(tokenizer):
+    model = build_model("glm5-tiny", tokenizer)  # sdpa returns no attention probabilities
+    ids = random_ids(tokenizer, 1, 10)
+    with recording_indexer_scores(model) as records:
+        out = model(ids, output_attentions=True)
+        with pytest.raises(ValueError, match="no indexer records"):
+            indexer_kl_loss(out.attentions, records)  # the records arrive when the block exits
+    with pytest.raises(ValueError, match="eager attention"):
+        indexer_kl_loss(out.attentions, records)

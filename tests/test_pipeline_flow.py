@@ -1,0 +1,39 @@
+"""The pipeline as a Prefect flow on a real (temporary) Prefect server, with the smoke preset."""
+
+import json
+from pathlib import Path
+
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.params import PipelineParams
+from flows.pipeline import pipeline
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSTTRAIN_WORKDIR", str(tmp_path / "work"))
+    params = PipelineParams(preset="smoke", store=str(tmp_path / "store"), reports_dir=str(tmp_path / "runs"))
+    summary = pipeline(params)
+    run_dir = tmp_path / "runs" / summary["run_id"]
+    written = json.loads((run_dir / "summary.json").read_text())
+    assert (tmp_path / "runs" / "LATEST").read_text().strip() == summary["run_id"]
+    assert {"run_id", "preset", "wall_s", "stages"} <= set(written)
+    (sft,) = written["stages"]
+    assert {"stage", "checkpoint", "metrics_before", "metrics_after", "wall_s", "train_tokens"} <= set(sft)
+    assert sft["stage"] == "sft" and sft["train_tokens"] > 0
+    assert {"arith/accuracy", "format_validity", "thinking_compliance", "search/success"} <= set(sft["metrics_after"])
+    report = (run_dir / "report.md").read_text()
+    assert "sft_loss.png" in report and (run_dir / "sft_loss.png").stat().st_size > 1000
+
+    again = pipeline(params)
+    assert again["stages"][0]["checkpoint"] == sft["checkpoint"]
+    assert again["stages"][0]["metrics_after"] == sft["metrics_after"]
+    assert Path(again["report"]).exists()
