@@ -19,7 +19,8 @@ def test_two_ranks_zero2_match_one_rank(small_store, tmp_path):
     two = run_sft(small_config(small_store, "ranks-2", zero_stage=2), tmp_path, nproc=2)
     assert len(losses(one)) == len(losses(two)) == 8
     # Each rank averages its half of the batch; DeepSpeed averages the ranks: the same mean over samples.
-    assert losses(one) == pytest.approx(losses(two), abs=2e-3)
+    # Summation order differs, and once attention is sparse a near-tie can select another key: 0.5%.
+    assert losses(one) == pytest.approx(losses(two), rel=5e-3)
     assert losses(one)[-1] < losses(one)[0]
 
 
