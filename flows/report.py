@@ -24,7 +24,9 @@ def plot_curves(stage: str, history: list[dict], out: Path) -> Path | None:
         first = next((r["step"] for r in steps if r.get("phase") == phase), None)
         if first is not None:
             axis.axvline(first, color="grey", linestyle=":", linewidth=1)
-            axis.text(first, axis.get_ylim()[1], f" {phase}", va="top", fontsize=8, color="grey")
+            # Vertical labels: the two phase starts can be a few steps apart.
+            axis.text(first, axis.get_ylim()[1], f"{phase} ", va="top", ha="right", rotation=90, fontsize=8,
+                      color="grey")
     axis.set_xlabel("optimizer step")
     axis.set_ylabel("loss")
     axis.set_title(f"{stage}: learning curve")

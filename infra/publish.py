@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from data_contracts.lineage import DataInput, Lineage, ParentRef
-from infra.store import ArtifactStore, CommittedArtifact
+from infra.store import ArtifactStore, CommittedArtifact, sha256_file
+
+
+def content_digest(local_dir: str | Path) -> str:
+    """sha256 over every file's relative path and sha256: equal directories, equal digests."""
+    root = Path(local_dir)
+    listing = "".join(
+        f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\n" for path in sorted(root.rglob("*")) if path.is_file()
+    )
+    return hashlib.sha256(listing.encode("utf-8")).hexdigest()
 
 
 def publish_directory(store: ArtifactStore, name: str, local_dir: str | Path, lineage: Lineage) -> CommittedArtifact:

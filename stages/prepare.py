@@ -14,7 +14,7 @@ from pathlib import Path
 from data_contracts import CHAT_V1, read_parquet, write_parquet
 from data_contracts.conversation import messages_from_records
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
-from infra.publish import data_input, parent_ref, publish_directory
+from infra.publish import content_digest, data_input, parent_ref, publish_directory
 from infra.store import ArtifactStore, CommittedArtifact
 from model.presets import build_model
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
@@ -43,7 +43,8 @@ def publish_suite(store, suite: str, sizes: SuiteSizes, seed: int, workdir: Path
     local.mkdir()
     rows = sum(write_parquet(CHAT_V1, records, local / f"{split}.parquet")
                for split, records in suite_splits(suite, sizes, seed).items())
-    name = f"datasets/{suite}-{config_digest({**config, 'seed': seed})[:12]}"
+    # Named by content: a changed generator gets a new name instead of clashing with the old data.
+    name = f"datasets/{suite}-{content_digest(local)[:12]}"
     return publish_directory(store, name, local, _lineage("dataset", suite, config, seed, triggered_by)), rows
 
 
@@ -69,7 +70,7 @@ def prepare(store: ArtifactStore, *, suites: list[str], sizes: SuiteSizes | dict
                                               training_conversations(list(datasets.values()), workdir))
         tokenizer_config = {"kind": "byte-level-bpe", "sources": [d.digest for d in datasets.values()]}
         tokenizer_artifact = publish_directory(
-            store, f"tokenizers/glm5-bpe-{config_digest(tokenizer_config)[:12]}", tokenizer_local,
+            store, f"tokenizers/glm5-bpe-{content_digest(tokenizer_local)[:12]}", tokenizer_local,
             _lineage("tokenizer", "glm5-bpe", tokenizer_config, seed, triggered_by,
                      inputs=[data_input(d, rows, CHAT_V1.id) for d, rows in published.values()]),
         )
@@ -82,7 +83,7 @@ def prepare(store: ArtifactStore, *, suites: list[str], sizes: SuiteSizes | dict
         model_config = {"preset": preset, "config": model.config.to_diff_dict(),
                         "tokenizer": tokenizer_artifact.digest}
         checkpoint = publish_directory(
-            store, f"checkpoints/init/{preset}-{config_digest({**model_config, 'seed': seed})[:12]}",
+            store, f"checkpoints/init/{preset}-{content_digest(checkpoint_local)[:12]}",
             checkpoint_local,
             _lineage("checkpoint", f"{preset} init", model_config, seed, triggered_by,
                      parents=[parent_ref(tokenizer_artifact, "tokenizer")]),

@@ -93,3 +93,10 @@ def test_prepare_and_lineage_over_s3(s3_root, moto_endpoint, tmp_path):
     client.put_object(Bucket=bucket, Key=f"{prefix}/config.json", Body=bytes(body))
     result = posttrain("lineage", checkpoint, "--verify")
     assert result.returncode == 1 and "config.json" in result.stderr
+
+
+def test_preparing_again_names_the_same_content_addressed_artifacts(prepared_store):
+    root, summary = prepared_store
+    again = posttrain("prepare", "--store", str(root / "store"), "--out", str(root / "again.json"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads((root / "again.json").read_text()) == summary
