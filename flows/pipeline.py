@@ -7,6 +7,7 @@ and inputs, so a re-run with nothing changed finds them committed and does no wo
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,7 +19,6 @@ from flows.presets import get_preset
 from flows.report import write_report
 from flows.sft import sft
 from infra.store import open_store
-from stages.eval_stage import EvalSettings
 from stages.prepare import prepare
 from stages.sft_config import SftConfig
 
@@ -52,7 +52,7 @@ def pipeline(params: PipelineParams) -> dict:
     stage_started = time.monotonic()
     config = sft_config(params, prepared)
     result = sft(config, datasets_by_suite=prepared["datasets"], nproc=params.nproc,
-                 eval_settings=EvalSettings(**{**preset.eval.__dict__, "seed": params.seed}))
+                 eval_settings=replace(preset.eval, seed=params.seed))
     stages = [{
         "stage": "sft", "checkpoint": result["checkpoint"], "metrics_before": result["metrics_before"],
         "metrics_after": result["metrics_after"], "metrics_after_dense": result["metrics_after_dense"],

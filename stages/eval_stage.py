@@ -7,7 +7,7 @@ report can show what sparsity costs.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from data_contracts import EVAL_V1, write_parquet
@@ -38,7 +38,7 @@ def evaluate_checkpoint(
     """{attention: metrics} for the checkpoint, committed as `evals/<checkpoint>-<settings>`."""
     checkpoint = store.open(checkpoint_uri)
     datasets = {suite: store.open(uri) for suite, uri in dataset_uris.items() if suite in EVALUATED_SUITES}
-    config = {"settings": settings.__dict__, "attention": list(attention), "checkpoint": checkpoint.digest,
+    config = {"settings": asdict(settings), "attention": list(attention), "checkpoint": checkpoint.digest,
               "datasets": {suite: d.digest for suite, d in datasets.items()}}
     name = f"evals/{checkpoint.uri.rsplit('/', 1)[-1]}-{config_digest(config)[:12]}"
     if store.is_committed(name):  # evaluated before with exactly these inputs: read the record back

@@ -48,8 +48,8 @@ EXPECTED = {
 def test_mask_per_thinking_mode(tokenizer, mode):
     messages, kwargs = apply_thinking_mode(CONVERSATION, mode)
     sample = render(tokenizer, messages, append_stop=True, **kwargs)
+    # Runs are built token by token, so a single mis-flagged token splits a run and fails the comparison.
     assert tokens_with_mask(tokenizer, sample) == EXPECTED[mode]
-    # Token by token, not just by runs: every token of a trained run is trained.
     assert len(sample.loss_mask) == len(sample.input_ids)
 
 
