@@ -108,6 +108,20 @@ def current_code_version(repo_dir: Path | None = None) -> CodeVersion:
     return CodeVersion(git_sha=sha.stdout.strip(), dirty=bool(status.stdout.strip()))
 
 
+def source_digest(*packages: str) -> str:
+    """sha256 over the sources (.py, .jinja) of the project's `packages`: each file's path and bytes.
+
+    Unlike the git commit it ignores edits elsewhere (docs, tests) and sees uncommitted ones.
+    """
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for package in packages:
+        for path in sorted(p for p in (root / package).rglob("*") if p.suffix in (".py", ".jinja")):
+            digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def library_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in TRACKED_LIBRARIES:

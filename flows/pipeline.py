@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from data_contracts.lineage import config_digest
+from data_contracts.lineage import config_digest, source_digest
 from flows.params import PipelineParams
 from flows.presets import get_preset
 from flows.report import write_report
@@ -37,8 +37,10 @@ def sft_config(params: PipelineParams, prepared: dict) -> SftConfig:
     datasets = sorted(prepared["datasets"][suite] for suite in preset.sft_suites)
     fields = dict(preset.sft, store=params.store, seed=params.seed, init_checkpoint=prepared["init_checkpoint"],
                   datasets=datasets)
-    # The run id is the digest of what determines the result, so an unchanged re-run resumes or skips.
-    run_id = f"sft-{config_digest({k: v for k, v in fields.items() if k != 'store'})[:12]}"
+    # The run id is the digest of what determines the result (config, inputs, trainer code), so an
+    # unchanged re-run resumes or skips, and a changed trainer trains anew.
+    determining = {k: v for k, v in fields.items() if k != "store"} | {"code": source_digest("stages", "model")}
+    run_id = f"sft-{config_digest(determining)[:12]}"
     return SftConfig(run_id=run_id, **fields)
 
 

@@ -44,12 +44,23 @@ def collate(samples: list[TokenizedSample], pad_id: int) -> Batch:
 
 
 class GlobalBatches:
-    """Epochs of length-grouped global batches; `for_step(n, rank, world)` is that rank's share of step n."""
+    """Epochs of length-bucketed global batches; `for_step(n, rank, world)` is that rank's share of step n.
 
-    def __init__(self, samples: list[TokenizedSample], global_batch: int, seed: int, group_factor: int = 16):
+    Within each window of `group_factor` batches, samples are ordered by `len // length_bucket` only,
+    keeping the shuffled order inside a bucket. Sorting by exact length would batch alike samples
+    together (all 1-step sums, all 4-step chains): on the tiny model such homogeneous batches reached
+    11% held-out arith accuracy in 600 steps where shuffled ones reached 47%. Buckets keep most of the
+    saving in padding (a 40-token sum is never padded to a 300-token search episode).
+    """
+
+    def __init__(
+        self, samples: list[TokenizedSample], global_batch: int, seed: int, group_factor: int = 16,
+        length_bucket: int = 64,
+    ):
         if len(samples) < global_batch:
             raise ValueError(f"{len(samples)} training samples cannot fill a global batch of {global_batch}")
-        self.samples, self.global_batch, self.seed, self.group_factor = samples, global_batch, seed, group_factor
+        self.samples, self.global_batch, self.seed = samples, global_batch, seed
+        self.group_factor, self.length_bucket = group_factor, length_bucket
         self.per_epoch = len(samples) // global_batch
         self._epoch_cache: dict[int, list[list[int]]] = {}
 
@@ -61,7 +72,7 @@ class GlobalBatches:
             group = self.global_batch * self.group_factor
             batches = []
             for start in range(0, self.per_epoch * self.global_batch, group):
-                chunk = sorted(order[start:start + group], key=lambda i: len(self.samples[i].input_ids))
+                chunk = sorted(order[start:start + group], key=lambda i: len(self.samples[i].input_ids) // self.length_bucket)
                 batches += [chunk[i:i + self.global_batch] for i in range(0, len(chunk), self.global_batch)]
             batches = [b for b in batches if len(b) == self.global_batch]
             rng.shuffle(batches)

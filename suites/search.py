@@ -101,11 +101,13 @@ def make_episode(graph: KnowledgeGraph, rng: random.Random, episode_id: str, wit
         result = graph.search(arguments["query"]) if name == "search" else graph.open(arguments["title"])
         messages.append({"role": "tool", "content": result})
 
-    step("search", f"I need the founder of {company}.", query=company)
+    # Reasoning before a call names no entity: the tiny model, having seen names mostly inside tool
+    # arguments, closed the argument right after a name in its reasoning (a quarter of turns malformed).
+    step("search", "Search for the company.", query=company)
     if with_error:
         step("open", "Open the company page.", error=True, title=company.replace(" Corp", ""))
     step("open", "Open the company page.", title=company)
-    step("open", f"The founder is {founder}. Open the founder's page.", title=founder)
+    step("open", "Open the founder's page.", title=founder)
     messages.append(
         {"role": "assistant", "reasoning_content": f"{founder} was born in {city}.", "content": f"The answer is {city}."}
     )

@@ -1,0 +1,26 @@
+"""A stage's run id names what determines its result: config, inputs and the trainer's code."""
+
+from __future__ import annotations
+
+import flows.pipeline as pipeline
+from data_contracts.lineage import source_digest
+from flows.params import PipelineParams
+
+PREPARED = {"datasets": {"arith": "file:///s/datasets/arith-1", "search": "file:///s/datasets/search-1"},
+            "init_checkpoint": "file:///s/checkpoints/init/glm5-tiny-1"}
+
+
+def test_source_digest_is_stable_and_covers_what_it_names():
+    assert source_digest("stages", "model") == source_digest("stages", "model")
+    assert source_digest("stages") != source_digest("model")
+
+
+def test_run_id_follows_config_inputs_and_code_but_not_the_store(monkeypatch):
+    params = PipelineParams(preset="smoke")
+    base = pipeline.sft_config(params, PREPARED).run_id
+    assert pipeline.sft_config(params.model_copy(update={"store": "s3://elsewhere"}), PREPARED).run_id == base
+    assert pipeline.sft_config(params.model_copy(update={"seed": 1}), PREPARED).run_id != base
+    other_init = dict(PREPARED, init_checkpoint="file:///s/checkpoints/init/glm5-tiny-2")
+    assert pipeline.sft_config(params, other_init).run_id != base
+    monkeypatch.setattr(pipeline, "source_digest", lambda *packages: "edited trainer")
+    assert pipeline.sft_config(params, PREPARED).run_id != base
