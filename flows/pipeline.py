@@ -32,14 +32,16 @@ def prepare_data(params: PipelineParams) -> dict:
             "init_checkpoint": prepared.init_checkpoint.uri}
 
 
-def sft_config(params: PipelineParams, prepared: dict) -> SftConfig:
+def sft_config(params: PipelineParams, prepared: dict, trainer_code: str | None = None) -> SftConfig:
+    """The SFT stage's config; `trainer_code` defaults to the digest of the trainer's sources."""
     preset = get_preset(params.preset)
     datasets = sorted(prepared["datasets"][suite] for suite in preset.sft_suites)
     fields = dict(preset.sft, store=params.store, seed=params.seed, init_checkpoint=prepared["init_checkpoint"],
                   datasets=datasets)
     # The run id is the digest of what determines the result (config, inputs, trainer code), so an
     # unchanged re-run resumes or skips, and a changed trainer trains anew.
-    determining = {k: v for k, v in fields.items() if k != "store"} | {"code": source_digest("stages", "model")}
+    code = trainer_code or source_digest("stages", "model")
+    determining = {k: v for k, v in fields.items() if k != "store"} | {"code": code}
     run_id = f"sft-{config_digest(determining)[:12]}"
     return SftConfig(run_id=run_id, **fields)
 

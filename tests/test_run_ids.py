@@ -15,12 +15,12 @@ def test_source_digest_is_stable_and_covers_what_it_names():
     assert source_digest("stages") != source_digest("model")
 
 
-def test_run_id_follows_config_inputs_and_code_but_not_the_store(monkeypatch):
+def test_run_id_follows_config_inputs_and_code_but_not_the_store():
     params = PipelineParams(preset="smoke")
     base = pipeline.sft_config(params, PREPARED).run_id
     assert pipeline.sft_config(params.model_copy(update={"store": "s3://elsewhere"}), PREPARED).run_id == base
     assert pipeline.sft_config(params.model_copy(update={"seed": 1}), PREPARED).run_id != base
     other_init = dict(PREPARED, init_checkpoint="file:///s/checkpoints/init/glm5-tiny-2")
     assert pipeline.sft_config(params, other_init).run_id != base
-    monkeypatch.setattr(pipeline, "source_digest", lambda *packages: "edited trainer")
-    assert pipeline.sft_config(params, PREPARED).run_id != base
+    assert pipeline.sft_config(params, PREPARED, trainer_code=source_digest("stages", "model")).run_id == base
+    assert pipeline.sft_config(params, PREPARED, trainer_code="an edited trainer").run_id != base
