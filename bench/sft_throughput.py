@@ -1,8 +1,10 @@
 """Training tokens/s of our SFT step against a plain PyTorch loop on the same model and batches.
 
 Same process, same model weights, same batches, alternating rounds so that machine noise hits both
-sides alike. Our step is what stages/sft.py runs (DeepSpeed engine, masked SFT loss, DSA indexer loss
-with eager attention); the plain loop is the textbook one (AdamW, cross-entropy, default attention).
+sides alike. Our step is what stages/sft.py runs in `--phase` (DeepSpeed engine, masked SFT loss with
+the LM head on trained positions only; in the sparse phase also top-k attention and the DSA indexer
+loss, with eager attention); the plain loop is the textbook one (AdamW, cross-entropy over every
+position, default attention, dense).
 
     .venv/bin/python bench/sft_throughput.py --rounds 5 --steps 10
 """
@@ -23,7 +25,6 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model.dsa import install_dsa_indexers, set_dense_attention  # noqa: E402
 from model.presets import build_model  # noqa: E402
 from model.renderer import render  # noqa: E402
 from model.tokenizer import train_tokenizer  # noqa: E402
@@ -31,7 +32,7 @@ from stages.batches import GlobalBatches, TokenizedSample, collate  # noqa: E402
 from stages.distributed import init_distributed  # noqa: E402
 from stages.sft import build_engine  # noqa: E402
 from stages.sft_config import SftConfig  # noqa: E402
-from stages.sft_step import train_step  # noqa: E402
+from stages.sft_step import enter_phase, train_step  # noqa: E402
 from suites import arith, search  # noqa: E402
 
 
@@ -75,14 +76,12 @@ def main() -> None:
     plain = copy.deepcopy(base)
     plain_optimizer = torch.optim.AdamW(plain.parameters(), lr=1e-3, betas=(0.9, 0.95))
     ours = copy.deepcopy(base)
-    ours.set_attn_implementation("eager")
-    install_dsa_indexers(ours)
-    set_dense_attention(ours, args.phase == "dense")
     with tempfile.TemporaryDirectory() as tmp:
         config = SftConfig(run_id="bench", store=tmp, init_checkpoint="-", datasets=["-"],
                            global_batch_size=args.batch, max_steps=args.rounds * args.steps,
                            dsa={"dense_steps": 0, "indexer_warmup_steps": 0})
         engine = build_engine(ours, config, dist.world_size)
+    enter_phase(engine.module, args.phase)
     batches = GlobalBatches(samples(tokenizer, 2000), args.batch, seed=0)
     ours_rates, plain_rates = [], []
     for round_index in range(args.rounds):

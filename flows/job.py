@@ -20,6 +20,7 @@ class JobProgress:
         self.logger = get_run_logger()
         self.artifact_id = create_progress_artifact(progress=0.0, description=f"{stage}: training progress")
         self.history: list[dict] = []
+        self.percent_shown = 0
         self.final: dict | None = None
 
     def __call__(self, line: str) -> None:
@@ -30,7 +31,12 @@ class JobProgress:
         kind = event["event"]
         if kind == "step":
             self.history.append(event)
-            update_progress_artifact(self.artifact_id, progress=100.0 * event["step"] / event["total"])
+            # Whole percents only: an update per step is an API call and a database write per step,
+            # which on a 2-core machine took a fifth of the SFT stage's time from the trainer.
+            percent = 100 * event["step"] // event["total"]
+            if percent > self.percent_shown:
+                self.percent_shown = percent
+                update_progress_artifact(self.artifact_id, progress=float(percent))
             if event["step"] % 10 == 0 or "heldout_loss" in event:
                 self.logger.info(
                     f"{self.stage} step {event['step']}/{event['total']} loss {event['loss']:.4f} "

@@ -17,7 +17,7 @@ from data_contracts.lineage import config_digest, source_digest
 from flows.params import PipelineParams
 from flows.presets import get_preset
 from flows.report import write_report
-from flows.sft import sft
+from flows.sft import evaluate, sft
 from infra.store import open_store
 from stages.prepare import prepare
 from stages.sft_config import SftConfig
@@ -52,11 +52,14 @@ def pipeline(params: PipelineParams) -> dict:
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{params.preset}-s{params.seed}"
     preset = get_preset(params.preset)
     prepared = prepare_data(params)
+    eval_settings = replace(preset.eval, seed=params.seed)
+    # The initial checkpoint is stage 0's output and is evaluated with it; the SFT flow's "before"
+    # evaluation then reads this committed eval back, so SFT's time is its training and its own eval.
+    evaluate(params.store, prepared["init_checkpoint"], prepared["datasets"], eval_settings, ("sparse",))
 
     stage_started = time.monotonic()
     config = sft_config(params, prepared)
-    result = sft(config, datasets_by_suite=prepared["datasets"], nproc=params.nproc,
-                 eval_settings=replace(preset.eval, seed=params.seed))
+    result = sft(config, datasets_by_suite=prepared["datasets"], nproc=params.nproc, eval_settings=eval_settings)
     stages = [{
         "stage": "sft", "checkpoint": result["checkpoint"], "metrics_before": result["metrics_before"],
         "metrics_after": result["metrics_after"], "metrics_after_dense": result["metrics_after_dense"],

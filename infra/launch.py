@@ -41,6 +41,10 @@ class LocalLauncher:
         if not _has_cuda():
             env.setdefault("DS_ACCELERATOR", "cpu")
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # glibc hands blocks above its mmap threshold back to the OS on free, so every step's large
+        # activations were fresh page faults: 15% of an SFT job's CPU time went to the kernel. A fixed
+        # 32 MiB threshold and a lazy trim keep them in the heap (80 demo steps: 54 s → 51 s on CPU).
+        env.setdefault("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
         return env
 
     def run(self, module: str, config_path: Path, on_line: Callable[[str], None], cwd: Path | None = None) -> None:

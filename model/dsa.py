@@ -56,6 +56,7 @@ class DsaIndexer(GlmMoeDsaIndexer):
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         self.dense = False  # select every key, so the main attention is dense (indexer warm-up)
+        self.score_keys = True  # compute the scores when dense too (the warm-up's loss needs them)
         self.recording = False
         self.record: IndexerRecord | None = None  # the last call's, while recording
 
@@ -68,6 +69,10 @@ class DsaIndexer(GlmMoeDsaIndexer):
         position_ids: torch.Tensor,  # unused, as in transformers; kept so the call signature matches
         cache: Cache | None = None,
     ) -> torch.Tensor:
+        # Nothing will read the scores: skip the indexer, unless a KV cache must still get its keys.
+        if self.dense and not self.score_keys and cache is None:
+            batch_size, queries, keys = *hidden_states.shape[:2], attention_mask.shape[-1]
+            return torch.arange(keys, device=hidden_states.device, dtype=torch.int32).expand(batch_size, queries, keys)
         # Detached inputs: only the indexer loss trains the indexer, and it never reaches the rest of the model.
         # The graph is built whenever grad is on, recording or not: gradient checkpointing recomputes this call
         # after the recording has ended and needs the same graph. Unrecorded, it is freed on return.
@@ -126,10 +131,11 @@ def install_dsa_indexers(model: nn.Module) -> list[DsaIndexer]:
     return indexers
 
 
-def set_dense_attention(model: nn.Module, dense: bool) -> None:
-    """Dense: every query attends to all its causal keys; the indexer still scores them for its loss."""
+def set_dense_attention(model: nn.Module, dense: bool, score_keys: bool = True) -> None:
+    """Dense: every query attends to all its causal keys; the indexer still scores them for its loss
+    unless `score_keys` is False, which skips the indexer (dense training before DSA is switched on)."""
     for indexer in install_dsa_indexers(model):
-        indexer.dense = dense
+        indexer.dense, indexer.score_keys = dense, score_keys
 
 
 @contextlib.contextmanager

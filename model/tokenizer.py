@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from model import special_tokens as st
@@ -53,11 +53,16 @@ def train_tokenizer(
     conversations: Iterable[tuple[list[dict], list | None]] | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE
 ) -> PreTrainedTokenizerFast:
     """Train on `conversations` (default: the embedded suites); the same input gives the same tokenizer."""
-    # Digits stay single tokens so arithmetic is learnable at demo scale.
+    # Digits stay single tokens so arithmetic is learnable at demo scale. A capitalized word is its own
+    # pre-token, so a name has one tokenization wherever it appears (question, tool argument, tool
+    # result) and copying it copies tokens; merged with the text around it, the same name became
+    # different tokens in different places. Other text may still merge into phrase tokens.
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
-    )
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[A-Z][a-z]+"), behavior="isolated"),
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -28,14 +28,15 @@ def barrier() -> None:
         dist.barrier()
 
 
-def save_local(engine, tokenizer, local_dir: Path, step: int, trainer_state: dict, is_main: bool) -> None:
-    """Every rank writes its DeepSpeed shards; rank 0 adds the Hugging Face files."""
+def save_local(engine, model, tokenizer, local_dir: Path, step: int, trainer_state: dict, is_main: bool) -> None:
+    """Every rank writes its DeepSpeed shards; rank 0 adds `model`'s Hugging Face files (the engine may
+    train a wrapper around it)."""
     if is_main and local_dir.exists():
         shutil.rmtree(local_dir)
     barrier()
     engine.save_checkpoint(str(local_dir / DEEPSPEED_DIR), tag=f"step-{step}", client_state={"step": step})
     if is_main:
-        engine.module.save_pretrained(local_dir)
+        model.save_pretrained(local_dir)
         tokenizer.save_pretrained(local_dir)
         (local_dir / TRAINER_STATE).write_text(json.dumps({**trainer_state, "step": step}, indent=2))
     barrier()

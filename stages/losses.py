@@ -6,21 +6,20 @@ import torch
 import torch.nn.functional as F
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """log p(token t+1 | ≤ t) for every position: [B, T-1], computed in float32."""
-    logprobs = F.log_softmax(logits[:, :-1].float(), dim=-1)
-    return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+def trained_positions(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sample, position) of every position whose next token is trained: token t is predicted at t-1."""
+    samples, positions = loss_mask[:, 1:].nonzero(as_tuple=True)
+    return samples, positions
 
 
-def sft_loss(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+def sft_loss(logits: torch.Tensor, targets: torch.Tensor, samples: torch.Tensor, batch_size: int) -> torch.Tensor:
     """Mean over samples of the masked token-mean NLL (SPEC.md): long and short samples weigh the same.
 
-    loss_mask[b, t] says whether token t is trained; token t is predicted from position t-1.
-    Samples with no trained token are left out of the mean.
+    Takes the trained positions only (`trained_positions`): their logits [N, V], the tokens they
+    predict [N] and the sample each belongs to [N]. A sample with no trained token is left out.
     """
-    nll = -token_logprobs(logits, input_ids)
-    mask = loss_mask[:, 1:].to(nll.dtype)
-    trained = mask.sum(dim=1)
-    per_sample = (nll * mask).sum(dim=1) / trained.clamp(min=1.0)
-    has_tokens = trained > 0
-    return per_sample[has_tokens].mean() if has_tokens.any() else per_sample.sum() * 0.0
+    nll = -F.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    totals = nll.new_zeros(batch_size).index_add(0, samples, nll)
+    counts = torch.bincount(samples, minlength=batch_size).to(nll.dtype)
+    has_tokens = counts > 0
+    return (totals[has_tokens] / counts[has_tokens]).mean() if has_tokens.any() else logits.sum() * 0.0

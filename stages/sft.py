@@ -21,7 +21,7 @@ import torch
 from data_contracts import CHAT_V1
 from infra.publish import data_input
 from infra.store import open_store
-from model.dsa import install_dsa_indexers, set_dense_attention
+from model.dsa import install_dsa_indexers
 from model.presets import load_model
 from model.tokenizer import load_tokenizer
 from stages import checkpoints
@@ -32,7 +32,8 @@ from stages.lineage import stage_lineage
 from stages.schedule import dsa_phase, main_lr_multiplier
 from stages.sft_config import SftConfig
 from stages.sft_data import load_split, render_rows
-from stages.sft_step import heldout_loss, train_step
+from stages.sft_objective import SftObjective
+from stages.sft_step import enter_phase, heldout_loss, train_step
 
 
 def seed_everything(seed: int) -> None:
@@ -42,6 +43,7 @@ def seed_everything(seed: int) -> None:
 
 
 def build_engine(model, config: SftConfig, world_size: int):
+    """A DeepSpeed engine training `model` (a causal LM) through an SftObjective."""
     import deepspeed
 
     indexer_params = {id(p) for indexer in install_dsa_indexers(model) for p in indexer.parameters()}
@@ -56,7 +58,7 @@ def build_engine(model, config: SftConfig, world_size: int):
     ]
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
     engine, _, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, lr_scheduler=scheduler,
+        model=SftObjective(model), optimizer=optimizer, lr_scheduler=scheduler,
         config=deepspeed_config(config.global_batch_size, world_size, config.zero_stage, config.grad_clip),
     )
     return engine
@@ -80,7 +82,6 @@ def run(config: SftConfig) -> str:
         init.download(init_dir)
     tokenizer = load_tokenizer(init_dir)
     model = load_model(init_dir)
-    model.set_attn_implementation("eager")  # the indexer loss needs the attention probabilities
     install_dsa_indexers(model)
 
     train_rows, test_rows = load_split(datasets, "train", workdir), load_split(datasets, "test", workdir)
@@ -102,9 +103,11 @@ def run(config: SftConfig) -> str:
 
     batches = GlobalBatches(train.samples, config.global_batch_size, config.seed)
     pad_id = tokenizer.pad_token_id
+    phase = None
     for step in range(start_step, config.max_steps):
-        phase = dsa_phase(step, config.dsa)
-        set_dense_attention(engine.module, dense=phase != "sparse")
+        if dsa_phase(step, config.dsa) != phase:
+            phase = dsa_phase(step, config.dsa)
+            enter_phase(engine.module, phase)
         batch = collate(batches.for_step(step, dist.rank, dist.world_size), pad_id)
         started = time.monotonic()
         losses = train_step(engine, batch, phase, config.dsa.indexer_loss_weight)
@@ -133,7 +136,7 @@ def run(config: SftConfig) -> str:
 def save_and_commit(engine, tokenizer, config, store, step, history, init, datasets, workdir, dist, name) -> str | None:
     """Every rank saves its shards; rank 0 commits the directory with its lineage (others get None)."""
     local = workdir.parent / "commit" / f"step-{step}"
-    checkpoints.save_local(engine, tokenizer, local, step, {"history": history}, dist.is_main)
+    checkpoints.save_local(engine, engine.module.causal_lm, tokenizer, local, step, {"history": history}, dist.is_main)
     if dist.is_main:
         (local / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in history))
     heldout = [r["heldout_loss"] for r in history if "heldout_loss" in r]

@@ -23,9 +23,10 @@ class Provenance(BaseModel):
 class DsaSchedule(BaseModel):
     """GLM-5's DSA training, in three phases by optimizer step.
 
-    1. dense: attention dense, LM loss; the indexer already learns KL(dense attention ‖ softmax(I)) on
-       detached inputs, so it gets no signal from the LM loss.
-    2. indexer warm-up: the main model's learning rate is 0 — only the indexer learns, against dense attention.
+    1. dense: DSA not yet switched on: the model trains alone with dense (SDPA) attention and the
+       indexer is not run, as GLM-5's model was trained before its DSA adaptation.
+    2. indexer warm-up: the main model's learning rate is 0 — only the indexer learns
+       KL(dense attention ‖ softmax(I)) on detached inputs.
     3. sparse: attention restricted to the indexer's top-k; indexer loss restricted to the selected keys.
     """
 

@@ -1,8 +1,8 @@
 """`search`: multi-hop questions over an embedded synthetic knowledge graph, answered with tools.
 
-The assistant calls `search` and `open`; some trajectories contain an erroneous call (a page that
-does not exist) that is corrected later — that assistant turn is flagged `error` so SFT keeps it in
-context with loss mask 0.
+The assistant calls `search` and `open`; some trajectories contain erroneous calls (a search for a
+misread name, a page that does not exist) that are corrected in the next turn — those assistant turns
+are flagged `error` so SFT keeps them in context with loss mask 0.
 """
 
 from __future__ import annotations
@@ -48,19 +48,33 @@ class KnowledgeGraph:
         return self.pages.get(title, f"Error: no page titled '{title}'.")
 
 
-def _name(rng: random.Random, parts: int) -> str:
-    return "".join(rng.choice(SYLLABLES) for _ in range(parts)).capitalize()
+def _name(rng: random.Random, words: int) -> str:
+    """Names are words of one syllable: a name is a few tokens, each frequent in training, so copying
+    one from the question or a tool result is copying well-trained tokens. Trained on search alone
+    (batch 32), the demo model succeeded on every held-out episode after 300 steps; with names of
+    two-syllable words (196 rarer tokens) it had not started copying at 300 steps and reached 74% at 400."""
+    return " ".join(rng.choice(SYLLABLES).capitalize() for _ in range(words))
 
 
-def build_graph(seed: int, companies: int = 40) -> KnowledgeGraph:
+# Enough companies that a model memorizing the training graph's facts learns nothing for the held-out
+# graph: it has to copy names from the question and the tool results.
+COMPANIES = 1000
+
+
+def build_graph(seed: int, companies: int = COMPANIES) -> KnowledgeGraph:
     rng = random.Random(f"search-graph:{seed}")
-    cities = sorted({_name(rng, 3) + " City" for _ in range(companies // 2)})
+    cities = sorted({_name(rng, 2) + " City" for _ in range(companies // 10)})
     pages, founder_of, birthplace_of = {}, {}, {}
-    for _ in range(companies):
-        company, person = _name(rng, 2) + " Corp", _name(rng, 2) + " " + _name(rng, 2)
-        if company in founder_of or person in birthplace_of:
+    # A company's bare name is never a person's: opening it is the erroneous call episodes correct.
+    taken: set[str] = set()
+    for _ in range(companies * 20):
+        if len(founder_of) == companies:
+            break
+        bare, person = _name(rng, 3), _name(rng, 3)
+        if bare == person or bare in taken or person in taken:
             continue
-        city = rng.choice(cities)
+        taken |= {bare, person}
+        company, city = bare + " Corp", rng.choice(cities)
         founder_of[company], birthplace_of[person] = person, city
         pages[company] = f"{company} is a company founded by {person}."
         pages[person] = f"{person} is an entrepreneur born in {city}."
@@ -86,8 +100,19 @@ def _call(name: str, reasoning: str, **arguments: str) -> dict:
     }
 
 
-def make_episode(graph: KnowledgeGraph, rng: random.Random, episode_id: str, with_error: bool) -> SearchEpisode:
-    company = rng.choice(sorted(graph.founder_of))
+def missing_company(graph: KnowledgeGraph, rng: random.Random) -> str:
+    """A company name the graph's search finds nothing for: what a search for a misread name looks like."""
+    while True:
+        name = _name(rng, 3) + " Corp"
+        if graph.search(name) == "No results.":
+            return name
+
+
+def make_episode(
+    graph: KnowledgeGraph, company: str, rng: random.Random, episode_id: str, wrong_search: bool, wrong_open: bool
+) -> SearchEpisode:
+    """The reference trajectory; `wrong_search` and `wrong_open` add a failed call (flagged `error`)
+    that the next turn corrects, so the model learns to recover from "No results." and missing pages."""
     founder = graph.founder_of[company]
     city = graph.birthplace_of[founder]
     question = f"In which city was the founder of {company} born?"
@@ -103,8 +128,10 @@ def make_episode(graph: KnowledgeGraph, rng: random.Random, episode_id: str, wit
 
     # Reasoning before a call names no entity: the tiny model, having seen names mostly inside tool
     # arguments, closed the argument right after a name in its reasoning (a quarter of turns malformed).
+    if wrong_search:
+        step("search", "Search for the company.", error=True, query=missing_company(graph, rng))
     step("search", "Search for the company.", query=company)
-    if with_error:
+    if wrong_open:
         step("open", "Open the company page.", error=True, title=company.replace(" Corp", ""))
     step("open", "Open the company page.", title=company)
     step("open", "Open the founder's page.", title=founder)
@@ -117,4 +144,10 @@ def make_episode(graph: KnowledgeGraph, rng: random.Random, episode_id: str, wit
 def generate(count: int, seed: int, error_rate: float = 0.25) -> list[SearchEpisode]:
     graph = build_graph(seed)
     rng = random.Random(f"search:{seed}")
-    return [make_episode(graph, rng, f"search-{seed}-{i}", rng.random() < error_rate) for i in range(count)]
+    companies = sorted(graph.founder_of)
+    # Every company once before any repeats.
+    order = [company for _ in range(-(-count // len(companies))) for company in rng.sample(companies, len(companies))]
+    return [
+        make_episode(graph, company, rng, f"search-{seed}-{i}", rng.random() < error_rate, rng.random() < error_rate)
+        for i, company in enumerate(order[:count])
+    ]

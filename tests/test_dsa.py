@@ -180,6 +180,16 @@ def test_trained_indexer_survives_a_plain_transformers_round_trip(tokenizer, tmp
 
 
 @torch.no_grad()
+def test_dense_attention_without_the_indexer_gives_the_same_output(tokenizer):
+    model = build_model("glm5-tiny", tokenizer).eval()
+    ids = random_ids(tokenizer, 2, 3 * model.config.index_topk)
+    set_dense_attention(model, True)
+    scored = model(ids).logits
+    set_dense_attention(model, True, score_keys=False)
+    model.set_attn_implementation("sdpa")
+    assert torch.allclose(model(ids).logits, scored, atol=1e-5)
+
+
 def test_dense_attention_equals_a_top_k_covering_every_key(tokenizer):
     dense = build_model("glm5-tiny", tokenizer).eval()
     wide = copy.deepcopy(dense)

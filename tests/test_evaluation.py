@@ -89,10 +89,11 @@ def arith_script(rows, wrong_when_thinking_off=False):
     return generate, asked
 
 
-def test_correct_answers_score_one_and_half_are_asked_without_thinking(arith_rows):
+def test_correct_answers_score_one_and_every_problem_is_asked_in_both_modes(arith_rows):
     generate, asked = arith_script(arith_rows)
     report = evaluate_with(generate, {"arith": arith_rows}, seed=SEED, batch_size=5)
-    assert [prompt.enable_thinking for prompt in asked] == [i % 2 == 0 for i in range(len(arith_rows))]
+    assert [prompt.enable_thinking for prompt in asked] == [True, False] * len(arith_rows)
+    assert [prompt.messages for prompt in asked[::2]] == [prompt.messages for prompt in asked[1::2]]
     assert all([m["role"] for m in prompt.messages] == ["user"] for prompt in asked)
     for metric in ("arith/accuracy", "arith/format_validity", "arith/thinking_compliance",
                    "format_validity", "thinking_compliance"):
@@ -104,11 +105,10 @@ def test_correct_answers_score_one_and_half_are_asked_without_thinking(arith_row
 def test_wrong_answers_count_against_their_thinking_mode(arith_rows):
     generate, _ = arith_script(arith_rows, wrong_when_thinking_off=True)
     report = evaluate_with(generate, {"arith": arith_rows}, seed=SEED, limit_per_suite=10, batch_size=4)
-    assert report.metrics["arith/accuracy_thinking_on"] == 1.0
+    assert report.metrics["arith/accuracy"] == 1.0  # the thinking-on answers
     assert report.metrics["arith/accuracy_thinking_off"] == 0.0
-    assert report.metrics["arith/accuracy"] == 0.5
     assert report.metrics["arith/format_validity"] == 1.0
-    assert report.counts["arith/accuracy"] == 10
+    assert report.counts["arith/accuracy"] == report.counts["arith/accuracy_thinking_off"] == 10
 
 
 # --- search episodes through evaluate_with ----------------------------------------------------

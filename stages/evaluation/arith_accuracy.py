@@ -1,4 +1,4 @@
-"""`arith`: one turn per problem, exact-match answers, thinking on for even rows and off for odd ones."""
+"""`arith`: every problem asked twice, thinking on and thinking off; one turn each, exact-match answers."""
 
 from __future__ import annotations
 
@@ -31,11 +31,6 @@ class ArithResult:
         return self.answer == self.expected
 
 
-def thinking_for(index: int) -> bool:
-    """Half the problems are asked with thinking on, half off; by index, so every run splits alike."""
-    return index % 2 == 0
-
-
 def score_arith(row_id: str, expected: int, text: str, thinking: bool) -> ArithResult:
     return ArithResult(row_id, expected, score_turn(text, thinking))
 
@@ -43,12 +38,13 @@ def score_arith(row_id: str, expected: int, text: str, thinking: bool) -> ArithR
 def run_arith(
     rows: Sequence[Mapping], generate: GenerateTurns, *, batch_size: int, advance: Callable[[int], None]
 ) -> list[ArithResult]:
+    """Results in row order, the thinking-on turn of a row before its thinking-off turn."""
+    asked = [(row, thinking) for row in rows for thinking in (True, False)]
     results = []
-    for start in range(0, len(rows), batch_size):
-        batch = list(enumerate(rows[start : start + batch_size], start))
-        prompts = [Prompt(prompt_messages(row), row_tools(row), thinking_for(index)) for index, row in batch]
-        texts = generate(prompts)
-        for (index, row), text in zip(batch, texts, strict=True):
-            results.append(score_arith(row["id"], int(reference_answer(row)), text, thinking_for(index)))
-        advance(len(batch))
+    for start in range(0, len(asked), batch_size):
+        batch = asked[start : start + batch_size]
+        texts = generate([Prompt(prompt_messages(row), row_tools(row), thinking) for row, thinking in batch])
+        for (row, thinking), text in zip(batch, texts, strict=True):
+            results.append(score_arith(row["id"], int(reference_answer(row)), text, thinking))
+        advance(len(batch) / 2)
     return results

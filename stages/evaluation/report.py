@@ -34,8 +34,9 @@ def summarize(arith: Sequence[ArithResult], search: Sequence[Episode]) -> EvalRe
 
     search_turns = [turn for episode in search for turn in episode.turns]
     arith_turns = [r.turn for r in arith]
-    add("arith/accuracy", [r.correct for r in arith])
-    add("arith/accuracy_thinking_on", [r.correct for r in arith if r.turn.thinking])
+    # The suite is posed as reasoning (a step-by-step trace), so its accuracy is the thinking-on one;
+    # the same problems answered with thinking off are scored on their own.
+    add("arith/accuracy", [r.correct for r in arith if r.turn.thinking])
     add("arith/accuracy_thinking_off", [r.correct for r in arith if not r.turn.thinking])
     add("arith/format_validity", [r.format_valid for r in arith])
     add("arith/thinking_compliance", [turn.thinking_compliant for turn in arith_turns])
