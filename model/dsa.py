@@ -69,8 +69,9 @@ class DsaIndexer(GlmMoeDsaIndexer):
         position_ids: torch.Tensor,  # unused, as in transformers; kept so the call signature matches
         cache: Cache | None = None,
     ) -> torch.Tensor:
-        # Nothing will read the scores: skip the indexer, unless a KV cache must still get its keys.
-        if self.dense and not self.score_keys and cache is None:
+        # Nothing will read the scores: skip the indexer. A KV cache filled meanwhile gets no indexer keys,
+        # so a generation started this way must finish dense.
+        if self.dense and not self.score_keys:
             batch_size, queries, keys = *hidden_states.shape[:2], attention_mask.shape[-1]
             return torch.arange(keys, device=hidden_states.device, dtype=torch.int32).expand(batch_size, queries, keys)
         # Detached inputs: only the indexer loss trains the indexer, and it never reaches the rest of the model.
@@ -133,7 +134,8 @@ def install_dsa_indexers(model: nn.Module) -> list[DsaIndexer]:
 
 def set_dense_attention(model: nn.Module, dense: bool, score_keys: bool = True) -> None:
     """Dense: every query attends to all its causal keys; the indexer still scores them for its loss
-    unless `score_keys` is False, which skips the indexer (dense training before DSA is switched on)."""
+    unless `score_keys` is False, which skips the indexer (dense training before DSA is switched on,
+    dense evaluation)."""
     for indexer in install_dsa_indexers(model):
         indexer.dense, indexer.score_keys = dense, score_keys
 

@@ -28,6 +28,8 @@ class EvalSettings:
     limit_per_suite: int = 200
     batch_size: int = 64
     max_new_tokens: int = 96
+    # A search episode's turn budget: the reference trajectories take 4 or 5 turns.
+    max_turns: int = 6
     seed: int = 0  # the seed the suites were prepared with
 
 
@@ -52,9 +54,10 @@ def evaluate_checkpoint(
         rows = {suite: load_split([dataset], "test", workdir / suite) for suite, dataset in datasets.items()}
         all_rows = []
         for mode in attention:
-            set_dense_attention(model, dense=mode == "dense")
+            set_dense_attention(model, dense=mode == "dense", score_keys=mode != "dense")
             report = evaluate(model, tokenizer, rows, seed=settings.seed, limit_per_suite=settings.limit_per_suite,
-                              batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens)
+                              batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
+                              max_turns=settings.max_turns)
             results[mode] = report.metrics
             all_rows += [dict(row, metric=f"{row['metric']}@{mode}") for row in eval_rows(report, checkpoint.uri, "test")]
         out = workdir / "eval"

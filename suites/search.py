@@ -1,8 +1,8 @@
 """`search`: multi-hop questions over an embedded synthetic knowledge graph, answered with tools.
 
-The assistant calls `search` and `open`; some trajectories contain erroneous calls (a search for a
-misread name, a page that does not exist) that are corrected in the next turn — those assistant turns
-are flagged `error` so SFT keeps them in context with loss mask 0.
+The assistant calls `search` and `open`; some trajectories contain an erroneous call (a page that
+does not exist) that is corrected later — that assistant turn is flagged `error` so SFT keeps it in
+context with loss mask 0.
 """
 
 from __future__ import annotations
@@ -100,19 +100,9 @@ def _call(name: str, reasoning: str, **arguments: str) -> dict:
     }
 
 
-def missing_company(graph: KnowledgeGraph, rng: random.Random) -> str:
-    """A company name the graph's search finds nothing for: what a search for a misread name looks like."""
-    while True:
-        name = _name(rng, 3) + " Corp"
-        if graph.search(name) == "No results.":
-            return name
-
-
 def make_episode(
-    graph: KnowledgeGraph, company: str, rng: random.Random, episode_id: str, wrong_search: bool, wrong_open: bool
+    graph: KnowledgeGraph, company: str, rng: random.Random, episode_id: str, with_error: bool
 ) -> SearchEpisode:
-    """The reference trajectory; `wrong_search` and `wrong_open` add a failed call (flagged `error`)
-    that the next turn corrects, so the model learns to recover from "No results." and missing pages."""
     founder = graph.founder_of[company]
     city = graph.birthplace_of[founder]
     question = f"In which city was the founder of {company} born?"
@@ -128,10 +118,8 @@ def make_episode(
 
     # Reasoning before a call names no entity: the tiny model, having seen names mostly inside tool
     # arguments, closed the argument right after a name in its reasoning (a quarter of turns malformed).
-    if wrong_search:
-        step("search", "Search for the company.", error=True, query=missing_company(graph, rng))
     step("search", "Search for the company.", query=company)
-    if wrong_open:
+    if with_error:
         step("open", "Open the company page.", error=True, title=company.replace(" Corp", ""))
     step("open", "Open the company page.", title=company)
     step("open", "Open the founder's page.", title=founder)
@@ -148,6 +136,6 @@ def generate(count: int, seed: int, error_rate: float = 0.25) -> list[SearchEpis
     # Every company once before any repeats.
     order = [company for _ in range(-(-count // len(companies))) for company in rng.sample(companies, len(companies))]
     return [
-        make_episode(graph, company, rng, f"search-{seed}-{i}", rng.random() < error_rate, rng.random() < error_rate)
+        make_episode(graph, company, rng, f"search-{seed}-{i}", rng.random() < error_rate)
         for i, company in enumerate(order[:count])
     ]

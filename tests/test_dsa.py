@@ -185,7 +185,9 @@ def test_dense_attention_without_the_indexer_gives_the_same_output(tokenizer):
     ids = random_ids(tokenizer, 2, 3 * model.config.index_topk)
     set_dense_attention(model, True)
     scored = model(ids).logits
+    generated = model.generate(ids, max_new_tokens=8, do_sample=False)
     set_dense_attention(model, True, score_keys=False)
+    assert torch.equal(model.generate(ids, max_new_tokens=8, do_sample=False), generated)  # with a KV cache
     model.set_attn_implementation("sdpa")
     assert torch.allclose(model(ids).logits, scored, atol=1e-5)
 

@@ -114,24 +114,6 @@ def test_search_answers_follow_from_the_graph(produced):
         assert row["messages"][-1]["content"] == f"The answer is {city}."
 
 
-def test_search_errors_fail_and_are_corrected_by_the_next_turn():
-    graph = search.build_graph(5)
-    for episode in search.generate(6, seed=5, error_rate=1.0):
-        turns = list(zip(episode.messages[1::2], episode.messages[2::2]))  # (assistant call, tool result)
-        (search_call, no_results), (open_call, missing) = [
-            (call["tool_calls"][0], result["content"]) for call, result in turns if call.get("error")
-        ]
-        assert search_call["name"] == "search" and no_results == "No results."
-        assert open_call["name"] == "open" and missing == f"Error: no page titled '{open_call['arguments']['title']}'."
-        for index, (call, _) in enumerate(turns):
-            if call.get("error"):  # the next call is the same tool, and it succeeds
-                retry, result = turns[index + 1]
-                assert retry["tool_calls"][0]["name"] == call["tool_calls"][0]["name"] and not retry.get("error")
-                assert result["content"] != "No results." and not result["content"].startswith("Error")
-        company = re.fullmatch(r"In which city was the founder of (.+) born\?", episode.question).group(1)
-        assert episode.answer == graph.birthplace_of[graph.founder_of[company]]
-
-
 def test_instruct_references_meet_their_constraints_and_violations_do_not(produced):
     for split in ("train", "test"):
         for row in produced[("prompt", "instruct")][split]:

@@ -24,7 +24,7 @@ def evaluate(
     limit_per_suite: int | None = None,
     batch_size: int = 64,
     max_new_tokens: int = 128,
-    max_turns: int = 8,
+    max_turns: int = 6,
 ) -> EvalReport:
     """Greedy, deterministic scores of `model` on chat@1 rows keyed by suite.
 
@@ -49,7 +49,7 @@ def evaluate_with(
     seed: int,
     limit_per_suite: int | None = None,
     batch_size: int = 64,
-    max_turns: int = 8,
+    max_turns: int = 6,
 ) -> EvalReport:
     """`evaluate` with any turn generator: the model's, or a script of known texts."""
     unknown = sorted(set(suites_rows) - set(SUITES))
