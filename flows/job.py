@@ -31,8 +31,8 @@ class JobProgress:
         kind = event["event"]
         if kind == "step":
             self.history.append(event)
-            # Whole percents only: an update per step is an API call and a database write per step,
-            # which on a 2-core machine took a fifth of the SFT stage's time from the trainer.
+            # Whole percents only: each update is an API call and a database write, and on a small
+            # machine the Prefect server competes with the trainer for the same cores.
             percent = 100 * event["step"] // event["total"]
             if percent > self.percent_shown:
                 self.percent_shown = percent
