@@ -12,7 +12,8 @@ from stages.evaluation import Prompt, eval_rows, evaluate, evaluate_with, greedy
 from stages.evaluation.arith_accuracy import score_arith
 from stages.evaluation.search_episodes import matches_graph
 from stages.evaluation.turns import score_turn
-from suites.prepare import SuiteSizes, suite_splits
+from suites import arith
+from suites.prepare import SuiteSizes, split_seed, suite_splits
 
 SEED = 0
 
@@ -63,7 +64,7 @@ def test_turn_format_validity_and_thinking_compliance(text, thinking, valid, com
     ],
 )
 def test_arith_scoring(text, correct, format_valid):
-    result = score_arith("arith-x", 7, text, thinking=True)
+    result = score_arith("arith-x", 7, 2, text, thinking=True)
     assert (result.correct, result.format_valid) == (correct, format_valid)
 
 
@@ -109,6 +110,17 @@ def test_wrong_answers_count_against_their_thinking_mode(arith_rows):
     assert report.metrics["arith/accuracy_thinking_off"] == 0.0
     assert report.metrics["arith/format_validity"] == 1.0
     assert report.counts["arith/accuracy"] == report.counts["arith/accuracy_thinking_off"] == 10
+
+
+def test_accuracy_by_level_counts_the_operations_each_problem_asks_for(arith_rows):
+    generated = {problem.id: problem.level for problem in arith.generate(200, split_seed(SEED, "test"))}
+    levels = {row["id"]: generated[row["id"]] for row in arith_rows}
+    generate, _ = arith_script(arith_rows)
+    report = evaluate_with(generate, {"arith": arith_rows}, seed=SEED, batch_size=8)
+    assert {r.id: r.level for r in report.arith} == levels
+    for level in set(levels.values()):
+        assert report.metrics[f"arith/accuracy_level_{level}"] == 1.0
+        assert report.counts[f"arith/accuracy_level_{level}"] == sum(v == level for v in levels.values())
 
 
 # --- search episodes through evaluate_with ----------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -10,11 +11,14 @@ from stages.evaluation.generation import GenerateTurns, Prompt
 from stages.evaluation.references import prompt_messages, reference_answer, row_tools
 from stages.evaluation.turns import TurnScore, score_turn
 
+OPERATOR = re.compile(r" [-+*] ")
+
 
 @dataclass(frozen=True)
 class ArithResult:
     id: str
     expected: int
+    level: int  # operations in the problem (suites.arith difficulty)
     turn: TurnScore
 
     @property
@@ -31,8 +35,14 @@ class ArithResult:
         return self.answer == self.expected
 
 
-def score_arith(row_id: str, expected: int, text: str, thinking: bool) -> ArithResult:
-    return ArithResult(row_id, expected, score_turn(text, thinking))
+def score_arith(row_id: str, expected: int, level: int, text: str, thinking: bool) -> ArithResult:
+    return ArithResult(row_id, expected, level, score_turn(text, thinking))
+
+
+def problem_level(row: Mapping) -> int:
+    """The number of operations the question asks for: binary operators between its operands."""
+    question = prompt_messages(row)[-1]["content"]
+    return len(OPERATOR.findall(question))
 
 
 def run_arith(
@@ -45,6 +55,6 @@ def run_arith(
         batch = asked[start : start + batch_size]
         texts = generate([Prompt(prompt_messages(row), row_tools(row), thinking) for row, thinking in batch])
         for (row, thinking), text in zip(batch, texts, strict=True):
-            results.append(score_arith(row["id"], int(reference_answer(row)), text, thinking))
+            results.append(score_arith(row["id"], int(reference_answer(row)), problem_level(row), text, thinking))
         advance(len(batch) / 2)
     return results

@@ -38,6 +38,8 @@ def summarize(arith: Sequence[ArithResult], search: Sequence[Episode]) -> EvalRe
     # the same problems answered with thinking off are scored on their own.
     add("arith/accuracy", [r.correct for r in arith if r.turn.thinking])
     add("arith/accuracy_thinking_off", [r.correct for r in arith if not r.turn.thinking])
+    for level in sorted({r.level for r in arith}):  # where the headroom for reasoning RL is
+        add(f"arith/accuracy_level_{level}", [r.correct for r in arith if r.turn.thinking and r.level == level])
     add("arith/format_validity", [r.format_valid for r in arith])
     add("arith/thinking_compliance", [turn.thinking_compliant for turn in arith_turns])
     add("search/success", [episode.success for episode in search])
