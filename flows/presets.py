@@ -41,7 +41,7 @@ PIPELINE_PRESETS = {
         sft=dict(max_steps=520, global_batch_size=32, lr=1e-3, warmup_steps=50, eval_every=100,
                  checkpoint_every=200, thinking_mix={"interleaved": 0.8, "preserved": 0.15, "off": 0.05},
                  dsa=dict(dense_steps=360, indexer_warmup_steps=50)),
-        eval=EvalSettings(limit_per_suite=200, batch_size=200, max_new_tokens=64),
+        eval=EvalSettings(limit_per_suite=200, search_episodes=120, batch_size=200, max_new_tokens=64),
     ),
     # A single-GPU preset: a 40M model and longer training.
     "small": PipelinePreset(

@@ -26,6 +26,8 @@ from stages.sft_data import load_split
 @dataclass(frozen=True)
 class EvalSettings:
     limit_per_suite: int = 200
+    # Search episodes are several generations each: a smaller cap keeps evaluation short.
+    search_episodes: int | None = None
     batch_size: int = 64
     max_new_tokens: int = 96
     # A search episode's turn budget: the reference trajectories take 4 or 5 turns.
@@ -51,7 +53,9 @@ def evaluate_checkpoint(
         local = checkpoint.download(workdir / "checkpoint")
         model, tokenizer = load_model(local).eval(), load_tokenizer(local)
         install_dsa_indexers(model)
-        rows = {suite: load_split([dataset], "test", workdir / suite) for suite, dataset in datasets.items()}
+        caps = {"search": settings.search_episodes}
+        rows = {suite: load_split([dataset], "test", workdir / suite)[: caps.get(suite)]
+                for suite, dataset in datasets.items()}
         all_rows = []
         for mode in attention:
             set_dense_attention(model, dense=mode == "dense", score_keys=mode != "dense")
