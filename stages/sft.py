@@ -105,8 +105,8 @@ def run(config: SftConfig) -> str:
     pad_id = tokenizer.pad_token_id
     phase = None
     for step in range(start_step, config.max_steps):
-        if dsa_phase(step, config.dsa) != phase:
-            phase = dsa_phase(step, config.dsa)
+        if (step_phase := dsa_phase(step, config.dsa)) != phase:
+            phase = step_phase
             enter_phase(engine.module, phase)
         batch = collate(batches.for_step(step, dist.rank, dist.world_size), pad_id)
         started = time.monotonic()

@@ -31,12 +31,11 @@ def train_step(engine, batch: Batch, phase: str, indexer_weight: float) -> dict[
     indexer loss share one backward: the indexer reads detached inputs, so neither loss reaches the
     other's parameters. In the indexer warm-up only the indexer loss is optimized."""
     engine.train()
-    if phase == "dense":
+    if phase == "dense":  # DSA not switched on yet: no indexer, no attention probabilities
         lm, _ = engine(batch.input_ids, batch.attention_mask, batch.loss_mask)
-        engine.backward(lm)
-        engine.step()
-        return {"lm": lm.item(), "indexer": 0.0}
-    lm, indexer = _forward(engine, batch, restrict_to_selected=phase == "sparse")
+        indexer = torch.zeros(())
+    else:
+        lm, indexer = _forward(engine, batch, restrict_to_selected=phase == "sparse")
     total = indexer_weight * indexer if phase == "indexer_warmup" else lm + indexer_weight * indexer
     engine.backward(total)
     engine.step()
