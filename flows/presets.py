@@ -31,7 +31,8 @@ PIPELINE_PRESETS = {
         model="glm5-tiny",
         # Arithmetic dominates SFT: it is what later RL stages improve, and it needs the most samples.
         # A search sample costs five arith samples' compute. Copying names (search success) needs
-        # about 8,000 search samples on this model (measured on search alone), beyond the demo's budget.
+        # about 6,400 search samples on this model (measured on search alone), beyond the demo's budget:
+        # the demo model answers "unknown" or follows the wrong company, in well-formed turns.
         sizes={"arith": SuiteSizes(train=8000, test=1000), "search": SuiteSizes(train=1500, test=200),
                "instruct": SuiteSizes(train=1000, test=200), "chat": SuiteSizes(train=1000, test=200)},
         # lr 1e-3 at batch 32 lowered held-out loss faster per second than 3e-3/5e-3 at batch 64 here.

@@ -2,7 +2,8 @@
 
 The assistant calls `search` and `open`; some trajectories contain an erroneous call (a page that
 does not exist) that is corrected later — that assistant turn is flagged `error` so SFT keeps it in
-context with loss mask 0.
+context with loss mask 0. Some questions ask about a company the graph does not have: the search
+finds nothing and the reference answer is "unknown".
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ class KnowledgeGraph:
 def _name(rng: random.Random, words: int) -> str:
     """Names are words of one syllable: a name is a few tokens, each frequent in training, so copying
     one from the question or a tool result is copying well-trained tokens. Trained on search alone
-    (batch 32), the demo model succeeded on every held-out episode after 300 steps; with names of
-    two-syllable words (196 rarer tokens) it had not started copying at 300 steps and reached 74% at 400."""
+    (batch 32), the demo model succeeded on every held-out episode after 250 steps (300 before the
+    questions about unknown companies); with names of two-syllable words (196 rarer tokens) it had
+    not started copying at 300 steps and reached 74% at 400. Attaching the leading space to each
+    word (" Qua" rather than " ", "Qua") made copying slower: 19% success at 250 steps."""
     return " ".join(rng.choice(SYLLABLES).capitalize() for _ in range(words))
 
 
@@ -100,11 +103,22 @@ def _call(name: str, reasoning: str, **arguments: str) -> dict:
     }
 
 
+# What an episode answers when the knowledge base has no page for the company asked about.
+UNKNOWN = "unknown"
+
+
+def unknown_company(graph: KnowledgeGraph, rng: random.Random) -> str:
+    """A company name that `search` finds nothing for."""
+    while True:
+        company = _name(rng, 3) + " Corp"
+        if graph.search(company) == "No results.":
+            return company
+
+
 def make_episode(
     graph: KnowledgeGraph, company: str, rng: random.Random, episode_id: str, with_error: bool
 ) -> SearchEpisode:
-    founder = graph.founder_of[company]
-    city = graph.birthplace_of[founder]
+    """The reference trajectory for the question about `company`, which may be absent from the graph."""
     question = f"In which city was the founder of {company} born?"
     messages: list[dict] = [{"role": "user", "content": question}]
 
@@ -119,6 +133,16 @@ def make_episode(
     # Reasoning before a call names no entity: the tiny model, having seen names mostly inside tool
     # arguments, closed the argument right after a name in its reasoning (a quarter of turns malformed).
     step("search", "Search for the company.", query=company)
+    if company not in graph.founder_of:
+        # The agent says it does not know instead of guessing. This also keeps the context after a
+        # fruitless search in distribution: the demo model, which had never seen one, malformed the
+        # turns that followed.
+        messages.append(
+            {"role": "assistant", "reasoning_content": "No page matches the company.", "content": f"The answer is {UNKNOWN}."}
+        )
+        return SearchEpisode(episode_id, question, UNKNOWN, tuple(messages))
+    founder = graph.founder_of[company]
+    city = graph.birthplace_of[founder]
     if with_error:
         step("open", "Open the company page.", error=True, title=company.replace(" Corp", ""))
     step("open", "Open the company page.", title=company)
@@ -129,13 +153,16 @@ def make_episode(
     return SearchEpisode(episode_id, question, city, tuple(messages))
 
 
-def generate(count: int, seed: int, error_rate: float = 0.25) -> list[SearchEpisode]:
+def generate(count: int, seed: int, error_rate: float = 0.25, unknown_rate: float = 0.15) -> list[SearchEpisode]:
+    """`count` episodes; `unknown_rate` of them ask about a company the graph does not have."""
     graph = build_graph(seed)
     rng = random.Random(f"search:{seed}")
     companies = sorted(graph.founder_of)
     # Every company once before any repeats.
     order = [company for _ in range(-(-count // len(companies))) for company in rng.sample(companies, len(companies))]
-    return [
-        make_episode(graph, company, rng, f"search-{seed}-{i}", rng.random() < error_rate)
-        for i, company in enumerate(order[:count])
-    ]
+    episodes = []
+    for i, company in enumerate(order[:count]):
+        if rng.random() < unknown_rate:
+            company = unknown_company(graph, rng)
+        episodes.append(make_episode(graph, company, rng, f"search-{seed}-{i}", rng.random() < error_rate))
+    return episodes

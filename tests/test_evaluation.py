@@ -175,6 +175,21 @@ def test_a_wrong_city_fails(search_rows):
     assert report.metrics["search/format_validity"] == 1.0
 
 
+def test_answering_unknown_succeeds_only_where_the_graph_has_no_such_company(search_rows):
+    give_up = "Search for the company.</think>" + tool_call_text({"name": "search", "arguments": {"query": "Nix Corp"}})
+    unknown = "No page matches the company.</think>The answer is unknown.<|user|>"
+    report = evaluate_with(
+        lambda prompts: [unknown if len(p.messages) > 1 else give_up + st.OBSERVATION for p in prompts],
+        {"search": search_rows}, seed=SEED,
+    )
+    expected_unknown = [row["messages"][-1]["content"] == "The answer is unknown." for row in search_rows]
+    assert 0 < sum(expected_unknown) < len(search_rows)
+    assert [episode.success for episode in report.search] == expected_unknown
+    assert report.metrics["search/success"] == sum(expected_unknown) / len(search_rows)
+    assert report.metrics["search/success_answerable"] == 0.0
+    assert report.counts["search/success_answerable"] == len(search_rows) - sum(expected_unknown)
+
+
 def test_an_agent_that_never_answers_stops_at_the_turn_limit(search_rows):
     loop = "Search again.</think>" + tool_call_text({"name": "search", "arguments": {"query": "Corp"}}) + st.OBSERVATION
     report = evaluate_with(lambda prompts: [loop] * len(prompts), {"search": search_rows[:3]}, seed=SEED, max_turns=4)

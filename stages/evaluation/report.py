@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 from stages.evaluation.arith_accuracy import ArithResult
 from stages.evaluation.search_episodes import Episode
+from suites.search import UNKNOWN
 
 # The suite name eval@1 rows carry for metrics pooled over every suite's turns.
 ALL_SUITES = "all"
@@ -43,6 +44,8 @@ def summarize(arith: Sequence[ArithResult], search: Sequence[Episode]) -> EvalRe
     add("arith/format_validity", [r.format_valid for r in arith])
     add("arith/thinking_compliance", [turn.thinking_compliant for turn in arith_turns])
     add("search/success", [episode.success for episode in search])
+    # Without the questions whose answer is "unknown": a model that never finds anything scores 0 here.
+    add("search/success_answerable", [episode.success for episode in search if episode.expected != UNKNOWN])
     add("search/format_validity", [turn.format_valid for turn in search_turns])
     add("search/thinking_compliance", [turn.thinking_compliant for turn in search_turns])
     # Pooled over every generated turn; an arith turn's validity includes its answer's format.
