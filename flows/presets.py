@@ -39,9 +39,9 @@ PIPELINE_PRESETS = {
         # Few thinking-off turns: an arith turn with thinking off states a multi-step result with no
         # working, which this model cannot learn, and its loss swamps the rest. Held-out accuracy with
         # thinking on after 600 steps: 8-13% with 15% off (3 runs), 36% with 5%, 40-44% with none (2 runs).
-        sft=dict(max_steps=520, global_batch_size=32, lr=1e-3, warmup_steps=50, eval_every=100,
+        sft=dict(max_steps=580, global_batch_size=32, lr=1e-3, warmup_steps=50, eval_every=100,
                  checkpoint_every=200, thinking_mix={"interleaved": 0.8, "preserved": 0.15, "off": 0.05},
-                 dsa=dict(dense_steps=360, indexer_warmup_steps=50)),
+                 dsa=dict(dense_steps=420, indexer_warmup_steps=50)),
         eval=EvalSettings(limit_per_suite=200, search_episodes=120, batch_size=200, max_new_tokens=64),
     ),
     # A single-GPU preset: a 40M model and longer training.
