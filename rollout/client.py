@@ -1,0 +1,86 @@
+"""The one way trainers talk to a rollout engine (ours or SGLang): token ids in, token ids out."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import requests
+
+from rollout.protocol import GenerateOutput, SamplingParams
+
+
+class EngineUnavailableError(RuntimeError):
+    pass
+
+
+class EngineRequestError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One completion exactly as the engine produced it (TITO: never re-tokenized)."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float]
+    finish_reason: str  # "stop" or "length"
+    weight_version: str
+
+
+class EngineClient:
+    def __init__(self, base_url: str, timeout_s: float = 600.0):
+        self.base_url, self.timeout_s = base_url.rstrip("/"), timeout_s
+
+    def _post(self, path: str, payload: dict) -> object:
+        try:
+            response = requests.post(f"{self.base_url}{path}", json=payload, timeout=self.timeout_s)
+        except requests.RequestException as error:
+            raise EngineUnavailableError(f"rollout engine at {self.base_url} is unreachable: {error}") from error
+        if response.status_code != 200:
+            detail = response.json().get("detail", response.text) if response.headers.get("content-type", "").startswith("application/json") else response.text
+            raise EngineRequestError(f"{self.base_url}{path} answered {response.status_code}: {detail}")
+        return response.json()
+
+    def health(self) -> dict:
+        try:
+            response = requests.get(f"{self.base_url}/health", timeout=5)
+            response.raise_for_status()
+        except requests.RequestException as error:
+            raise EngineUnavailableError(f"rollout engine at {self.base_url} is not healthy: {error}") from error
+        return response.json()
+
+    def wait_until_healthy(self, timeout_s: float = 120.0, is_alive=lambda: True) -> dict:
+        """Poll /health; `is_alive` lets a caller that started the engine stop waiting once it died."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.health()
+            except EngineUnavailableError:
+                if time.monotonic() > deadline or not is_alive():
+                    raise
+                time.sleep(0.2)
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True) -> list[Sample]:
+        payload = {"input_ids": prompts, "sampling_params": sampling.model_dump(exclude_none=True),
+                   "return_logprob": return_logprob}
+        outputs = [GenerateOutput.model_validate(o) for o in self._post("/generate", payload)]
+        if len(outputs) != len(prompts):
+            raise EngineRequestError(f"{self.base_url}: {len(outputs)} completions for {len(prompts)} prompts")
+        return [
+            Sample(prompt, o.output_ids, [lp for lp, _, _ in o.meta_info.output_token_logprobs or []],
+                   o.meta_info.finish_reason.type, o.meta_info.weight_version)
+            for prompt, o in zip(prompts, outputs, strict=True)
+        ]
+
+    def prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float | None]]:
+        """log p(token | tokens before it) for every prompt token (None for the first): prefill only."""
+        payload = {"input_ids": prompts, "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
+                   "logprob_start_len": 0}
+        outputs = [GenerateOutput.model_validate(o) for o in self._post("/generate", payload)]
+        return [[lp for lp, _, _ in o.meta_info.input_token_logprobs or []] for o in outputs]
+
+    def update_weights(self, checkpoint: str, weight_version: str | None = None) -> str:
+        payload = {"model_path": checkpoint} | ({"weight_version": weight_version} if weight_version else {})
+        return self._post("/update_weights", payload)["weight_version"]

@@ -1,0 +1,161 @@
+"""Batched token-in-token-out generation with a KV cache, returning the logprobs it sampled from.
+
+The engine never sees text: prompts are token ids and so are completions (TITO), so a trainer
+trains on exactly the tokens that were sampled. Logprobs are those of the distribution each token
+was drawn from — softmax(logits / temperature), before top-p truncation (plain softmax when
+greedy) — which is what a trainer recomputes at the same temperature. DSA attention is sparse, with
+the indexer's tie-stable top-k, so a token's logprob is the same here as in a full re-forward.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from model.dsa import install_dsa_indexers, set_dense_attention
+from model.presets import load_model
+from rollout.protocol import FinishReason, GenerateRequest, SamplingParams
+
+
+class PromptTooLongError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Completion:
+    output_ids: list[int]
+    output_logprobs: list[float]
+    finish_reason: FinishReason
+    # None for the first token (nothing precedes it); only filled when the request asked for them.
+    prompt_logprobs: list[float | None] | None = None
+
+
+class Engine:
+    """One model serving generate requests one batch at a time; weights can be swapped between them."""
+
+    def __init__(self, checkpoint_dir: str | Path, *, seed: int = 0, weight_version: str = "0",
+                 max_context: int | None = None):
+        self.seed = seed
+        self._requests = 0
+        self._lock = threading.Lock()
+        self._max_context_override = max_context
+        self._load(checkpoint_dir, weight_version)
+
+    def _load(self, checkpoint_dir: str | Path, weight_version: str) -> None:
+        model = load_model(checkpoint_dir).eval()
+        install_dsa_indexers(model)
+        set_dense_attention(model, dense=False)  # served sparse, as trained last and as the trainer re-forwards
+        eos = model.generation_config.eos_token_id
+        self.model, self.checkpoint_dir, self.weight_version = model, str(checkpoint_dir), weight_version
+        self.eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        self.pad_id = model.config.pad_token_id or 0
+        self.max_context = self._max_context_override or model.config.max_position_embeddings
+
+    def update_weights(self, checkpoint_dir: str | Path, weight_version: str | None = None) -> str:
+        """Serve another checkpoint of the same architecture; returns the new weight version."""
+        with self._lock:
+            version = weight_version or str(int(self.weight_version) + 1 if self.weight_version.isdigit() else 1)
+            self._load(checkpoint_dir, version)
+            return version
+
+    def generate(self, request: GenerateRequest) -> tuple[list[Completion], str]:
+        """Completions for every prompt of the request, and the weight version that produced them."""
+        prompts = request.prompts()
+        too_long = [(i, len(p)) for i, p in enumerate(prompts) if len(p) >= self.max_context]
+        if too_long:
+            index, length = too_long[0]
+            raise PromptTooLongError(
+                f"input_ids[{index}]: a prompt of {length} tokens leaves no room in the context of {self.max_context}"
+            )
+        vocab = self.model.config.vocab_size
+        bad = [(i, t) for i, p in enumerate(prompts) for t in p if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"input_ids[{bad[0][0]}]: token id {bad[0][1]} is outside the vocabulary (size {vocab})")
+        with self._lock, torch.inference_mode():
+            self._requests += 1
+            seed = request.sampling_params.sampling_seed
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self._requests if seed is None else seed)
+            completions = self._generate(prompts, request, generator)
+            return completions, self.weight_version
+
+    def _generate(self, prompts: list[list[int]], request: GenerateRequest, generator: torch.Generator) -> list[Completion]:
+        params = request.sampling_params
+        ids, mask = left_padded(prompts, self.pad_id)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        want_prompt = request.wants_prompt_logprobs()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=0 if want_prompt else 1)
+        prompt_logprobs = _prompt_logprobs(out.logits, ids, prompts, request.logprob_start_len) if want_prompt else None
+        budgets = [min(params.max_new_tokens, self.max_context - len(p)) for p in prompts]
+        stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
+        outputs: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        finish: list[FinishReason | None] = [
+            FinishReason(type="length", length=0) if budget == 0 else None for budget in budgets
+        ]
+        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        while any(reason is None for reason in finish):
+            tokens, token_logprobs = sample(logits.float(), params, generator)
+            for row, (token, logprob) in enumerate(zip(tokens.tolist(), token_logprobs.tolist(), strict=True)):
+                if finish[row] is not None:
+                    continue
+                outputs[row].append(token)
+                logprobs[row].append(logprob)
+                if token in stops:
+                    finish[row] = FinishReason(type="stop", matched=token)
+                elif len(outputs[row]) == budgets[row]:
+                    finish[row] = FinishReason(type="length", length=len(outputs[row]))
+            if all(reason is not None for reason in finish):
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+            positions = positions[:, -1:] + 1
+            out = self.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions,
+                             past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+        return [
+            Completion(outputs[i], logprobs[i], finish[i], None if prompt_logprobs is None else prompt_logprobs[i])
+            for i in range(len(prompts))
+        ]
+
+
+def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left padding keeps every prompt's last token in the last column, where decoding continues."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    return ids, mask
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row and its logprob under softmax(logits / temperature)."""
+    if params.temperature == 0:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        tokens = logprobs.argmax(dim=-1)
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+    logprobs = torch.log_softmax(logits / params.temperature, dim=-1)
+    probs = logprobs.exp()
+    if params.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p: a token stays if the mass before it is short of it.
+        keep_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) < params.top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = probs.masked_fill(~keep, 0.0)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _prompt_logprobs(logits: torch.Tensor, ids: torch.Tensor, prompts: list[list[int]], start: int) -> list[list[float | None]]:
+    """log p(prompt[t] | prompt[:t]) for every t (None at t = 0), from `start` on."""
+    per_position = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    width = ids.shape[1]
+    result = []
+    for row, prompt in enumerate(prompts):
+        values = per_position[row, width - len(prompt):].tolist()  # predictions of prompt[1:]
+        result.append(([None] + values)[max(start, 0):])
+    return result

@@ -1,0 +1,89 @@
+"""The subset of SGLang's native HTTP protocol our trainers use, as pydantic models.
+
+Requests and responses have SGLang's shapes (`/generate` with `input_ids` and `sampling_params`,
+`meta_info` with `output_token_logprobs` as `[logprob, token_id, None]` triples), so a real SGLang
+server can stand in for `rollout.server` at scale. Unknown fields are refused rather than ignored:
+a misspelt sampling parameter would otherwise change nothing, silently.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SamplingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, description="0 is greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(128, ge=0)
+    stop_token_ids: list[int] = Field(default_factory=list)
+    ignore_eos: bool = False
+    sampling_seed: int | None = Field(None, description="seeds this request's sampling; default: engine seed and request count")
+
+
+class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_ids: list[list[int]] | list[int]
+    sampling_params: SamplingParams = Field(default_factory=SamplingParams)
+    return_logprob: bool = False
+    # SGLang's convention: prompt logprobs from this position on; -1 returns none.
+    logprob_start_len: int = -1
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> GenerateRequest:
+        prompts = self.prompts()
+        if not prompts:
+            raise ValueError("input_ids: no prompts")
+        empty = [i for i, prompt in enumerate(prompts) if not prompt]
+        if empty:
+            raise ValueError(f"input_ids[{empty[0]}]: empty prompt")
+        return self
+
+    @property
+    def batched(self) -> bool:
+        return bool(self.input_ids) and isinstance(self.input_ids[0], list)
+
+    def prompts(self) -> list[list[int]]:
+        return self.input_ids if self.batched else [self.input_ids]  # type: ignore[list-item]
+
+    def wants_prompt_logprobs(self) -> bool:
+        # A prefill-only request asking for logprobs is scoring the prompt (distillation's teachers).
+        return self.return_logprob and (self.logprob_start_len >= 0 or self.sampling_params.max_new_tokens == 0)
+
+
+class FinishReason(BaseModel):
+    type: Literal["stop", "length"]
+    matched: int | None = None  # the stop token, for "stop"
+    length: int | None = None  # the completion length, for "length"
+
+
+class MetaInfo(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: FinishReason
+    weight_version: str
+    output_token_logprobs: list[tuple[float, int, None]] | None = None
+    # The first prompt token has no logprob (nothing precedes it): SGLang reports None there.
+    input_token_logprobs: list[tuple[float | None, int, None]] | None = None
+
+
+class GenerateOutput(BaseModel):
+    output_ids: list[int]
+    meta_info: MetaInfo
+
+
+class UpdateWeightsRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # SGLang clients send e.g. load_format; we load one format
+
+    model_path: str = Field(description="a committed checkpoint URI (file://, s3://) or a local checkpoint directory")
+    weight_version: str | None = None
+
+
+class UpdateWeightsResponse(BaseModel):
+    success: bool
+    message: str
+    weight_version: str

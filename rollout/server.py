@@ -1,0 +1,99 @@
+"""The rollout engine as an HTTP service: `python -m rollout.server --checkpoint URI --port N`.
+
+Endpoints (SGLang's native names and shapes): `POST /generate`, `POST /update_weights` (also as
+`/update_weights_from_disk`), `GET /health`, `GET /get_model_info`. Bad input is a 400 naming the
+field; a checkpoint that cannot be loaded leaves the served weights as they were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+
+from infra.store import open_artifact
+from rollout.engine import Engine, PromptTooLongError
+from rollout.protocol import GenerateOutput, GenerateRequest, MetaInfo, UpdateWeightsRequest, UpdateWeightsResponse
+
+log = logging.getLogger("rollout.server")
+
+
+def local_checkpoint(model_path: str, workdir: Path) -> Path:
+    """A committed artifact URI is downloaded (digests checked); a local directory is used as it is."""
+    if "://" in model_path:
+        return open_artifact(model_path).download(workdir / model_path.rstrip("/").rsplit("/", 1)[-1])
+    path = Path(model_path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{model_path}: not a checkpoint directory (no config.json)")
+    return path
+
+
+def build_app(engine: Engine, workdir: Path) -> FastAPI:
+    app = FastAPI(title="posttrain rollout engine")
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "weight_version": engine.weight_version}
+
+    @app.get("/get_model_info")
+    def model_info() -> dict:
+        return {"model_path": engine.checkpoint_dir, "weight_version": engine.weight_version,
+                "max_context": engine.max_context}
+
+    @app.post("/generate")
+    def generate(request: GenerateRequest):
+        try:
+            completions, version = engine.generate(request)
+        except (PromptTooLongError, ValueError) as error:
+            raise HTTPException(status_code=400, detail=str(error)) from error
+        outputs = []
+        for completion, prompt in zip(completions, request.prompts(), strict=True):
+            meta = MetaInfo(
+                prompt_tokens=len(prompt), completion_tokens=len(completion.output_ids),
+                finish_reason=completion.finish_reason, weight_version=version,
+            )
+            if request.return_logprob:
+                meta.output_token_logprobs = [(lp, t, None) for lp, t in zip(completion.output_logprobs, completion.output_ids, strict=True)]
+            if completion.prompt_logprobs is not None:
+                start = max(request.logprob_start_len, 0)
+                meta.input_token_logprobs = [(lp, t, None) for lp, t in zip(completion.prompt_logprobs, prompt[start:], strict=True)]
+            outputs.append(GenerateOutput(output_ids=completion.output_ids, meta_info=meta).model_dump())
+        return JSONResponse(outputs if request.batched else outputs[0])
+
+    def update(request: UpdateWeightsRequest) -> UpdateWeightsResponse:
+        try:
+            directory = local_checkpoint(request.model_path, Path(tempfile.mkdtemp(dir=workdir)))
+            version = engine.update_weights(directory, request.weight_version)
+        except Exception as error:  # the old weights keep serving; the caller learns why
+            log.exception("update_weights from %s failed", request.model_path)
+            raise HTTPException(status_code=400, detail=f"{request.model_path}: {error}") from error
+        log.info("serving %s as weight version %s", request.model_path, version)
+        return UpdateWeightsResponse(success=True, message=f"loaded {request.model_path}", weight_version=version)
+
+    app.post("/update_weights")(update)
+    app.post("/update_weights_from_disk")(update)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True, help="checkpoint URI (file://, s3://) or local directory")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", type=Path, default=None, help="where downloaded checkpoints go (default: a temp dir)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="posttrain-engine-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed)
+    uvicorn.run(build_app(engine, workdir), host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

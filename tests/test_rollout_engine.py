@@ -1,0 +1,118 @@
+"""The rollout engine as a separate HTTP process, checked against full forwards of the same model."""
+
+import pytest
+import requests
+import torch
+
+from model.dsa import install_dsa_indexers, set_dense_attention
+from model.presets import build_model, load_model
+from rollout.client import EngineClient, EngineRequestError, EngineUnavailableError
+from rollout.process import EngineProcess, free_port
+from rollout.protocol import SamplingParams
+
+PROMPT_LENGTHS = (40, 23, 57)  # two of them past index_topk (32) before any token is generated
+
+
+def save_checkpoint(tokenizer, directory, seed):
+    model = build_model("glm5-tiny", tokenizer, seed=seed)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tokenizer, tmp_path_factory):
+    root = tmp_path_factory.mktemp("engine")
+    return save_checkpoint(tokenizer, root / "a", seed=1), save_checkpoint(tokenizer, root / "b", seed=2)
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoints, tmp_path_factory):
+    process = EngineProcess(str(checkpoints[0]), tmp_path_factory.mktemp("engine-log") / "engine.log", seed=3)
+    client = process.start()
+    yield client
+    process.stop()
+
+
+def prompts(tokenizer, lengths=PROMPT_LENGTHS, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(10, len(tokenizer), (n,), generator=generator).tolist() for n in lengths]
+
+
+def sparse_model(directory):
+    model = load_model(directory).eval()
+    install_dsa_indexers(model)
+    set_dense_attention(model, dense=False)
+    return model
+
+
+@torch.no_grad()
+def full_forward_logprobs(model, ids, temperature=1.0):
+    """log p(ids[t] | ids[:t]) for t ≥ 1 from one forward of the whole unpadded sequence."""
+    logits = model(torch.tensor([ids])).logits[0, :-1].float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+
+
+def test_batched_sampled_logprobs_equal_a_full_forward_past_index_topk(engine, checkpoints, tokenizer):
+    batch = prompts(tokenizer)
+    samples = engine.generate(batch, SamplingParams(temperature=1.0, max_new_tokens=30, ignore_eos=True))
+    model = sparse_model(checkpoints[0])
+    assert [len(s.output_ids) for s in samples] == [30, 30, 30]
+    for prompt, sample in zip(batch, samples):
+        assert sample.prompt_ids == prompt and sample.finish_reason == "length" and sample.weight_version == "0"
+        recomputed = full_forward_logprobs(model, prompt + sample.output_ids)[len(prompt) - 1:]
+        assert torch.allclose(torch.tensor(sample.output_logprobs), recomputed, atol=1e-4), (
+            (torch.tensor(sample.output_logprobs) - recomputed).abs().max()
+        )
+
+
+def test_generation_stops_at_a_requested_stop_token_and_is_seeded(engine, tokenizer):
+    batch = prompts(tokenizer, (35, 20))
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=12, ignore_eos=True)
+    free_run = engine.generate(batch, greedy)
+    stop = free_run[0].output_ids[4]
+    stopped = engine.generate(batch, greedy.model_copy(update={"stop_token_ids": [stop]}))[0]
+    first = free_run[0].output_ids.index(stop)
+    assert stopped.output_ids == free_run[0].output_ids[: first + 1] and stopped.finish_reason == "stop"
+
+    seeded = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=10, ignore_eos=True, sampling_seed=7)
+    assert engine.generate(batch, seeded) == engine.generate(batch, seeded)
+
+
+def test_prefill_only_returns_prompt_logprobs(engine, checkpoints, tokenizer):
+    batch = prompts(tokenizer, (45, 12))
+    scored = engine.prompt_logprobs(batch)
+    model = sparse_model(checkpoints[0])
+    for prompt, logprobs in zip(batch, scored):
+        assert len(logprobs) == len(prompt) and logprobs[0] is None
+        assert torch.allclose(torch.tensor(logprobs[1:]), full_forward_logprobs(model, prompt), atol=1e-4)
+
+
+def test_update_weights_bumps_the_version_and_serves_the_new_weights(checkpoints, tokenizer, tmp_path):
+    with EngineProcess(str(checkpoints[0]), tmp_path / "engine.log") as client:
+        batch = prompts(tokenizer, (33,))
+        assert client.update_weights(str(checkpoints[1])) == "1"
+        assert client.health()["weight_version"] == "1"
+        sample = client.generate(batch, SamplingParams(temperature=1.0, max_new_tokens=8, ignore_eos=True))[0]
+        assert sample.weight_version == "1"
+        recomputed = full_forward_logprobs(sparse_model(checkpoints[1]), batch[0] + sample.output_ids)[len(batch[0]) - 1:]
+        assert torch.allclose(torch.tensor(sample.output_logprobs), recomputed, atol=1e-4)
+        with pytest.raises(EngineRequestError, match="not a checkpoint directory"):
+            client.update_weights(str(tmp_path))
+        assert client.health()["weight_version"] == "1"  # a failed update leaves the served weights alone
+
+
+def test_bad_requests_are_refused_naming_the_problem(engine, tokenizer):
+    with pytest.raises(EngineRequestError, match=r"input_ids\[1\]: a prompt of 4096 tokens"):
+        engine.generate([[5] * 10, [5] * 4096], SamplingParams(max_new_tokens=1))
+    with pytest.raises(EngineRequestError, match=r"input_ids\[0\]: token id 999999"):
+        engine.generate([[5, 999999]], SamplingParams(max_new_tokens=1))
+    response = requests.post(f"{engine.base_url}/generate",
+                             json={"input_ids": [5, 6], "sampling_params": {"temprature": 0.5}}, timeout=30)
+    assert response.status_code == 422 and "temprature" in response.text
+
+
+def test_an_engine_that_is_down_is_named():
+    client = EngineClient(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(EngineUnavailableError, match="unreachable"):
+        client.generate([[1, 2, 3]], SamplingParams(max_new_tokens=1))
