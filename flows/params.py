@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stages.sft_config import DsaSchedule, Provenance, SftConfig
+from stages.sft_config import DsaSchedule, SftConfig
+from stages.stage_inputs import Provenance
 
 __all__ = ["DsaSchedule", "PipelineParams", "Provenance", "SftConfig"]
 

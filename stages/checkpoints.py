@@ -73,3 +73,14 @@ def restore(engine, artifact: CommittedArtifact, local_dir: Path, step: int, is_
     barrier()
     engine.load_checkpoint(str(local_dir / DEEPSPEED_DIR), tag=f"step-{step}")
     return json.loads((local_dir / TRAINER_STATE).read_text())
+
+
+def resume_latest(engine, store: ArtifactStore, prefix: str, local_dir: Path, is_local_main: bool, events) -> tuple[int, list[dict], str | None]:
+    """(step, history, checkpoint URI) of the last committed step restored into `engine`; (0, [], None) if none."""
+    latest = latest_committed(store, prefix)
+    if latest is None:
+        return 0, [], None
+    step, artifact = latest
+    state = restore(engine, artifact, local_dir, step, is_local_main)
+    events.emit("resumed", step=step, checkpoint=artifact.uri)
+    return step, state["history"], artifact.uri

@@ -69,3 +69,14 @@ def deepspeed_config(global_batch: int, world_size: int, zero_stage: int, grad_c
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+
+
+def deepspeed_engine(module, optimizer, scheduler, global_batch: int, world_size: int, zero_stage: int, grad_clip: float):
+    """A DeepSpeed engine training `module` with our optimizer and schedule (DeepSpeed's config holds the rest)."""
+    import deepspeed
+
+    engine, _, _, _ = deepspeed.initialize(
+        model=module, optimizer=optimizer, lr_scheduler=scheduler,
+        config=deepspeed_config(global_batch, world_size, zero_stage, grad_clip),
+    )
+    return engine

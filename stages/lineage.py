@@ -7,7 +7,7 @@ from data_contracts.lineage import (
 )
 from infra.publish import parent_ref
 from infra.store import CommittedArtifact
-from stages.sft_config import Provenance
+from stages.stage_inputs import Provenance
 
 
 def stage_lineage(

@@ -10,24 +10,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from data_contracts import CHAT_V1
 from infra.publish import data_input
-from infra.store import open_store
 from model.dsa import install_dsa_indexers
 from model.presets import load_model
-from model.tokenizer import load_tokenizer
 from stages import checkpoints
 from stages.batches import GlobalBatches, collate
-from stages.distributed import all_mean, deepspeed_config, init_distributed
-from stages.events import EventLog
+from stages.distributed import all_mean, deepspeed_engine
+from stages.stage_inputs import start_stage
 from stages.lineage import stage_lineage
 from stages.schedule import dsa_phase, main_lr_multiplier
 from stages.sft_config import SftConfig
@@ -36,16 +31,8 @@ from stages.sft_objective import SftObjective
 from stages.sft_step import enter_phase, heldout_loss, train_step
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def build_engine(model, config: SftConfig, world_size: int):
     """A DeepSpeed engine training `model` (a causal LM) through an SftObjective."""
-    import deepspeed
-
     indexer_params = {id(p) for indexer in install_dsa_indexers(model) for p in indexer.parameters()}
     groups = [
         {"params": [p for p in model.parameters() if id(p) not in indexer_params], "lr": config.lr},
@@ -57,30 +44,17 @@ def build_engine(model, config: SftConfig, world_size: int):
         lambda step: 1.0,
     ]
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
-    engine, _, _, _ = deepspeed.initialize(
-        model=SftObjective(model), optimizer=optimizer, lr_scheduler=scheduler,
-        config=deepspeed_config(config.global_batch_size, world_size, config.zero_stage, config.grad_clip),
-    )
-    return engine
+    return deepspeed_engine(SftObjective(model), optimizer, scheduler, config.global_batch_size, world_size,
+                            config.zero_stage, config.grad_clip)
 
 
 def run(config: SftConfig) -> str:
-    dist = init_distributed()
-    seed_everything(config.seed)
-    events = EventLog(dist.is_main)
-    store = open_store(config.store)
-    if store.is_committed(config.output_name):
-        uri = store.open(config.output_name).uri
-        events.emit("done", checkpoint=uri, resumed_from=None, already_committed=True)
-        return uri
-
-    workdir = Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id / f"rank-{dist.rank}"
-    init = store.open(config.init_checkpoint)
-    datasets = [store.open(uri) for uri in config.datasets]
-    init_dir = workdir / "init"
-    if not (init_dir / "config.json").exists():
-        init.download(init_dir)
-    tokenizer = load_tokenizer(init_dir)
+    stage = start_stage(config)
+    if isinstance(stage, str):  # a previous run committed the output
+        return stage
+    dist, events = stage.dist, stage.events
+    store, workdir, init, init_dir, datasets = stage.store, stage.workdir, stage.init, stage.init_dir, stage.datasets
+    tokenizer = stage.tokenizer()
     model = load_model(init_dir)
     install_dsa_indexers(model)
 
@@ -92,14 +66,9 @@ def run(config: SftConfig) -> str:
                 modes=train.modes, heldout_samples=len(heldout_samples))
 
     engine = build_engine(model, config, dist.world_size)
-    history: list[dict] = []
-    start_step, resumed_from = 0, None
-    latest = checkpoints.latest_committed(store, config.resume_prefix)
-    if latest is not None:
-        step, artifact = latest
-        state = checkpoints.restore(engine, artifact, workdir / "resume", step, dist.local_rank == 0)
-        start_step, history, resumed_from = step, state["history"], artifact.uri
-        events.emit("resumed", step=step, checkpoint=artifact.uri)
+    start_step, history, resumed_from = checkpoints.resume_latest(
+        engine, store, config.resume_prefix, workdir / "resume", dist.local_rank == 0, events
+    )
 
     batches = GlobalBatches(train.samples, config.global_batch_size, config.seed)
     pad_id = tokenizer.pad_token_id

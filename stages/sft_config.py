@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from stages.stage_inputs import StageIO
+
 ThinkingMode = Literal["interleaved", "preserved", "off"]
-
-
-class Provenance(BaseModel):
-    """Who and what launched the job; goes into lineage verbatim."""
-
-    model_config = ConfigDict(extra="forbid")
-    flow_run_id: str | None = None
-    deployment_id: str | None = None
-    flow_name: str | None = None
-    triggered_by: str | None = None
-    wandb_run: str | None = None
 
 
 class DsaSchedule(BaseModel):
@@ -37,14 +28,9 @@ class DsaSchedule(BaseModel):
     indexer_loss_weight: float = Field(1.0, ge=0)
 
 
-class SftConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SftConfig(StageIO):
+    stage_name: ClassVar[str] = "sft"
 
-    run_id: str = Field(..., pattern=r"^[A-Za-z0-9._=+@-]+$", description="Names the run's artifacts.")
-    store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
-    init_checkpoint: str = Field(..., description="URI of the committed checkpoint to start from.")
-    datasets: list[str] = Field(..., min_length=1, description="URIs of committed chat@1 datasets (train/test).")
-    output_name: str = Field("", description="Artifact name of the final checkpoint; default checkpoints/sft/<run_id>.")
     thinking_mix: dict[ThinkingMode, float] = Field(
         default_factory=lambda: {"interleaved": 0.6, "preserved": 0.2, "off": 0.2}
     )
@@ -57,21 +43,13 @@ class SftConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     zero_stage: Literal[0, 1, 2] = 0
-    seed: int = 0
     eval_every: int = Field(100, ge=1, description="Held-out loss every this many steps.")
     eval_samples: int = Field(128, ge=1)
     checkpoint_every: int = Field(100, ge=1, description="Commit resume state every this many steps.")
     dsa: DsaSchedule = Field(default_factory=DsaSchedule)
-    provenance: Provenance = Field(default_factory=Provenance)
 
     @model_validator(mode="after")
     def _check(self) -> "SftConfig":
-        if not self.output_name:
-            self.output_name = f"checkpoints/sft/{self.run_id}"
         if abs(sum(self.thinking_mix.values()) - 1.0) > 1e-6:
             raise ValueError(f"thinking_mix must sum to 1, got {sum(self.thinking_mix.values())}")
         return self
-
-    @property
-    def resume_prefix(self) -> str:
-        return f"{self.output_name}-steps/"

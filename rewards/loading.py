@@ -1,0 +1,80 @@
+"""Load a reward module by dotted path and call it under guard: its failures name it, never pass silently."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ImportString, TypeAdapter, ValidationError
+
+from data_contracts.lineage import RewardModuleRef
+from rewards.protocol import RewardModule, RewardSample
+
+_IMPORT = TypeAdapter(ImportString)
+
+
+class RewardModuleError(RuntimeError):
+    pass
+
+
+def load_reward_module(path: str, params: dict | None = None) -> RewardModule:
+    """`package.module.Name` or `package.module:Name`; a class is instantiated with `params`."""
+    try:
+        target = _IMPORT.validate_python(path)
+    except ValidationError as error:
+        raise RewardModuleError(f"reward module {path!r} cannot be imported: {error.errors()[0]['msg']}") from error
+    module = target(**(params or {})) if inspect.isclass(target) else target
+    if params and not inspect.isclass(target):
+        raise RewardModuleError(f"reward module {path!r} is an instance; params {sorted(params)} cannot be applied")
+    if not isinstance(module, RewardModule):
+        raise RewardModuleError(f"reward module {path!r} is not a RewardModule: it needs `name`, `version` and __call__(samples)")
+    return module
+
+
+def reward_module_ref(path: str, module: RewardModule, params: dict | None = None) -> RewardModuleRef:
+    """Lineage's record of the module: its path, parameters and the sha256 of its source file."""
+    source = inspect.getsourcefile(type(module) if not inspect.isfunction(module) else module)
+    digest = hashlib.sha256(Path(source).read_bytes()).hexdigest() if source else "unknown"
+    return RewardModuleRef(path=path, source_sha256=digest, params={"name": module.name, "version": module.version, **(params or {})})
+
+
+def score_batch(module: RewardModule, samples: Sequence[RewardSample], timeout_s: float = 60.0) -> list[float | None]:
+    """The module's scores, checked: one per sample, each a finite float or None.
+
+    A module that raises, runs past `timeout_s`, or returns the wrong length or a non-finite value
+    fails the batch with a RewardModuleError naming it.
+    """
+    label = f"reward module {module.name!r} (version {module.version})"
+    outcome: dict = {}
+
+    def call() -> None:
+        try:
+            outcome["scores"] = module(list(samples))
+        except BaseException as error:  # re-raised below, in the caller's thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=call, name=f"reward-{module.name}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise RewardModuleError(f"{label} did not return within {timeout_s:g} s on a batch of {len(samples)}")
+    if "error" in outcome:
+        error = outcome["error"]
+        raise RewardModuleError(f"{label} raised {type(error).__name__}: {error}") from error
+    scores = outcome["scores"]
+    if not isinstance(scores, Sequence) or len(scores) != len(samples):
+        got = len(scores) if isinstance(scores, Sequence) else type(scores).__name__
+        raise RewardModuleError(f"{label} returned {got} scores for {len(samples)} samples")
+    checked: list[float | None] = []
+    for index, score in enumerate(scores):
+        if score is None:
+            checked.append(None)
+            continue
+        if not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise RewardModuleError(f"{label} returned {score!r} for sample {index}: scores must be finite numbers or None")
+        checked.append(float(score))
+    return checked

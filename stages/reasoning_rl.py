@@ -1,0 +1,172 @@
+"""Reasoning RL: `python -m stages.reasoning_rl --config run.json`, alone or under torchrun / deepspeed.
+
+GRPO + IcePop (stages/grpo_loss.py), fully on-policy: each step samples G responses per prompt from
+the rollout engine, scores them with the configured reward modules, takes one optimizer step, and
+pushes the new weights to the engine before the next step samples. The DSA indexer is frozen; its
+tie-stable top-k makes the engine's and the trainer's sparse attention pick the same keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import time
+from contextlib import ExitStack, nullcontext
+from pathlib import Path
+
+import torch
+
+from data_contracts import CHAT_V1
+from infra.publish import data_input
+from model.dsa import install_dsa_indexers, set_dense_attention
+from model.presets import load_model
+from rewards import load_reward_module, reward_module_ref
+from rollout.client import EngineClient
+from rollout.process import EngineProcess
+from rollout.protocol import SamplingParams
+from stages import checkpoints
+from stages.distributed import all_mean, deepspeed_engine
+from stages.stage_inputs import StageInputs, start_stage
+from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
+from stages.lineage import stage_lineage
+from stages.reasoning_rl_config import ReasoningRlConfig
+from stages.rl_rollouts import WeightedReward, group_rewards, rl_prompts, target_logprobs, train_batch
+from stages.sft_data import load_split
+
+
+def build_engine(model, config: ReasoningRlConfig, world_size: int):
+    """A DeepSpeed engine over the causal LM with the DSA indexer frozen."""
+    for indexer in install_dsa_indexers(model):
+        indexer.requires_grad_(False)
+    set_dense_attention(model, dense=False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    warmup = max(config.warmup_steps, 1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    batch = config.prompts_per_step * config.group_size
+    return deepspeed_engine(model, optimizer, scheduler, batch, world_size, config.zero_stage, config.grad_clip)
+
+
+def run(config: ReasoningRlConfig) -> str:
+    stage = start_stage(config)
+    if isinstance(stage, str):  # a previous run committed the output
+        return stage
+    dist, events, workdir = stage.dist, stage.events, stage.workdir
+    tokenizer = stage.tokenizer()
+    model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
+    prompts = rl_prompts(load_split(stage.datasets, "train", workdir), tokenizer)
+    modules = [load_reward_module(spec.path, spec.params) for spec in config.rewards]
+    rewards = [WeightedReward(module.name, module, spec.weight) for module, spec in zip(modules, config.rewards)]
+    reward_refs = [reward_module_ref(spec.path, r.module, spec.params) for spec, r in zip(config.rewards, rewards)]
+    events.emit("data", train_prompts=len(prompts), rewards=[r.name for r in rewards])
+
+    engine = build_engine(model, config, dist.world_size)
+    start_step, history, resumed_from = checkpoints.resume_latest(
+        engine, stage.store, config.resume_prefix, workdir / "resume", dist.local_rank == 0, events
+    )
+
+    settings = GrpoSettings(config.beta, config.eps_low, config.eps_high)
+    sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens)
+    share = config.prompts_per_rank(dist.world_size)
+    with ExitStack() as stack:
+        client = stack.enter_context(_rollout_engine(config, workdir, dist.rank))
+        if start_step:  # the engine starts from the init checkpoint: give it the resumed weights
+            _push_weights(engine, client, workdir, start_step, dist.is_main)
+        for step in range(start_step, config.max_steps):
+            rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
+            step_prompts = rng.sample(prompts, config.prompts_per_step)[dist.rank * share:(dist.rank + 1) * share]
+
+            started = time.monotonic()
+            samples = client.generate([p.prompt_ids for p in step_prompts for _ in range(config.group_size)], sampling)
+            rollout_s = time.monotonic() - started
+            rewards_by_group, reward_means, kept = group_rewards(
+                step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s
+            )
+
+            started = time.monotonic()
+            batch = train_batch(samples, tokenizer.pad_token_id)
+            keep = torch.tensor(kept).repeat_interleave(config.group_size)
+            advantages = group_advantages(rewards_by_group).flatten().to(torch.float32)
+            logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            logp_new = target_logprobs(logits, batch.input_ids, config.temperature)
+            # One optimizer step per rollout batch: θ_old is the current θ, so the trainer's own
+            # recomputation π_train(θ_old) is this forward, without its gradient.
+            loss, stats = grpo_icepop_loss(
+                logp_new, logp_new.detach(), batch.logp_infer, advantages * keep, batch.response_mask, settings
+            )
+            engine.backward(loss)
+            engine.step()
+            train_s = time.monotonic() - started
+            _push_weights(engine, client, workdir, step + 1, dist.is_main)
+
+            lengths = [len(s.output_ids) for s in samples]
+            record = {
+                "step": step + 1, "loss": all_mean(float(loss)), "lr": engine.get_lr()[0],
+                **{name: all_mean(value) for name, value in reward_means.items()},
+                "reward_mean": all_mean(float(rewards_by_group.mean())),
+                **{name: all_mean(value) for name, value in stats.items()},
+                "zero_signal_group_fraction": all_mean(zero_signal_groups(rewards_by_group) / len(step_prompts)),
+                "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
+                "response_length": all_mean(sum(lengths) / len(lengths)),
+                "truncated_fraction": all_mean(sum(s.finish_reason == "length" for s in samples) / len(samples)),
+                "rollout_tokens_per_s": all_mean(sum(lengths) / rollout_s) * dist.world_size,
+                "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,
+                "weight_version": samples[0].weight_version,
+            }
+            history.append(record)
+            events.emit("step", total=config.max_steps, **record)
+            if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.max_steps:
+                uri = _commit(engine, tokenizer, config, stage, step + 1, history, reward_refs,
+                              checkpoints.step_artifact_name(config.resume_prefix, step + 1))
+                events.emit("committed", step=step + 1, checkpoint=uri)
+
+    uri = _commit(engine, tokenizer, config, stage, config.max_steps, history, reward_refs, config.output_name)
+    events.emit("done", checkpoint=uri, resumed_from=resumed_from, already_committed=False)
+    return uri
+
+
+def _rollout_engine(config: ReasoningRlConfig, workdir: Path, rank: int):
+    """The configured engine, or one started here on the init checkpoint for the stage's duration."""
+    if config.engine_url:
+        client = EngineClient(config.engine_url)
+        client.wait_until_healthy(30)
+        return nullcontext(client)
+    return EngineProcess(config.init_checkpoint, workdir / "engine.log", seed=config.seed * 1000 + rank)
+
+
+def _push_weights(engine, client: EngineClient, workdir: Path, version: int, is_main: bool) -> None:
+    """Rank 0 writes the weights, then every rank's engine loads them before anyone samples again (on-policy)."""
+    pushes = workdir.parent / "push"
+    target = pushes / f"v{version}"
+    if is_main:
+        engine.module.save_pretrained(target)
+    checkpoints.barrier()
+    client.update_weights(str(target), weight_version=str(version))
+    checkpoints.barrier()
+    if is_main:
+        for old in pushes.iterdir():
+            if old != target:
+                shutil.rmtree(old)
+
+
+def _commit(engine, tokenizer, config: ReasoningRlConfig, stage: StageInputs, step, history, reward_refs, name):
+    local = stage.workdir.parent / "commit" / f"step-{step}"
+    checkpoints.save_local(engine, engine.module, tokenizer, local, step, {"history": history}, stage.dist.is_main)
+    lineage = stage_lineage(
+        name=f"reasoning_rl {config.run_id} step {step}", config=config.model_dump(mode="json"), seed=config.seed,
+        init=stage.init, inputs=[data_input(d, None, CHAT_V1.id) for d in stage.datasets],
+        provenance=config.provenance, reward_modules=reward_refs,
+    )
+    return checkpoints.commit(stage.store, name, local, lineage, stage.dist.is_main)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, type=Path, help="run.json: a serialized ReasoningRlConfig")
+    args, _ = parser.parse_known_args(argv)
+    run(ReasoningRlConfig.model_validate_json(args.config.read_text()))
+
+
+if __name__ == "__main__":
+    main()

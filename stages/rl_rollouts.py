@@ -1,0 +1,110 @@
+"""From prompt rows to engine samples to a training batch, keeping the engine's exact token ids (TITO)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rewards import RewardModule, RewardSample, score_batch
+from rollout.client import Sample
+from stages.evaluation.references import prompt_messages, reference_answer, row_tools
+
+
+@dataclass(frozen=True)
+class RlPrompt:
+    id: str
+    messages: tuple[dict, ...]
+    reference: str | None
+    prompt_ids: list[int]
+
+
+def rl_prompts(rows: Sequence[Mapping], tokenizer) -> list[RlPrompt]:
+    """Each row's conversation up to its first reply, rendered with thinking on, as token ids."""
+    prompts = []
+    for row in rows:
+        messages = prompt_messages(row)
+        text = tokenizer.apply_chat_template(list(messages), tools=row_tools(row), add_generation_prompt=True,
+                                             enable_thinking=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        prompts.append(RlPrompt(row["id"], messages, reference_answer(row), ids))
+    return prompts
+
+
+@dataclass(frozen=True)
+class WeightedReward:
+    name: str
+    module: RewardModule
+    weight: float
+
+
+def group_rewards(
+    prompts: Sequence[RlPrompt], samples: Sequence[Sample], group_size: int, rewards: Sequence[WeightedReward],
+    tokenizer, timeout_s: float,
+) -> tuple[torch.Tensor, dict[str, float], list[bool]]:
+    """[groups, G] weighted rewards; per-module means; which groups are kept.
+
+    A group with any unscorable (None) sample is dropped whole: its advantages would be computed
+    against a partial group. Dropped groups are counted by the caller, never scored as 0.
+    """
+    texts = [tokenizer.decode(s.output_ids, skip_special_tokens=False) for s in samples]
+    reward_samples = [
+        RewardSample(prompts[i // group_size].messages, text, prompts[i // group_size].reference, {"thinking": True})
+        for i, text in enumerate(texts)
+    ]
+    total = torch.zeros(len(samples), dtype=torch.float64)
+    scorable = torch.ones(len(samples), dtype=torch.bool)
+    means = {}
+    for reward in rewards:
+        scores = score_batch(reward.module, reward_samples, timeout_s)
+        valid = [s for s in scores if s is not None]
+        means[f"reward/{reward.name}"] = sum(valid) / len(valid) if valid else float("nan")
+        for i, score in enumerate(scores):
+            if score is None:
+                scorable[i] = False
+            else:
+                total[i] += reward.weight * score
+    groups = total.view(-1, group_size)
+    kept = scorable.view(-1, group_size).all(dim=1).tolist()
+    return groups, means, kept
+
+
+@dataclass
+class TrainBatch:
+    """Right-padded prompt + response sequences; per-target tensors are aligned with input_ids[:, 1:]."""
+
+    input_ids: torch.Tensor  # [N, L]
+    attention_mask: torch.Tensor  # [N, L]
+    response_mask: torch.Tensor  # [N, L-1]: 1 where the target is a generated token
+    logp_infer: torch.Tensor  # [N, L-1]: the engine's logprob of that target
+
+    @property
+    def response_tokens(self) -> int:
+        return int(self.response_mask.sum())
+
+
+def train_batch(samples: Sequence[Sample], pad_id: int) -> TrainBatch:
+    """The sampled sequences exactly as the engine returned their ids, ready for the loss."""
+    width = max(len(s.prompt_ids) + len(s.output_ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(samples), width), dtype=torch.long)
+    response = torch.zeros((len(samples), width - 1), dtype=torch.float32)
+    logp_infer = torch.zeros((len(samples), width - 1), dtype=torch.float32)
+    for row, sample in enumerate(samples):
+        if len(sample.output_logprobs) != len(sample.output_ids):
+            raise ValueError(f"sample {row}: {len(sample.output_logprobs)} logprobs for {len(sample.output_ids)} tokens")
+        sequence = sample.prompt_ids + sample.output_ids
+        ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention[row, : len(sequence)] = 1
+        # Target position t predicts sequence[t + 1]: the outputs are targets len(prompt)-1 onwards.
+        start, end = len(sample.prompt_ids) - 1, len(sequence) - 1
+        response[row, start:end] = 1
+        logp_infer[row, start:end] = torch.tensor(sample.output_logprobs)
+    return TrainBatch(ids, attention, response, logp_infer)
+
+
+def target_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log π(input_ids[:, t+1] | input_ids[:, :t+1]) at the sampling temperature: [N, L-1]."""
+    logprobs = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
+    return logprobs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)

@@ -1,0 +1,80 @@
+"""The reasoning RL job end to end on the tiny model: a real engine process, DeepSpeed, the store."""
+
+import pytest
+
+from infra.launch import LocalLauncher, StageFailed
+from infra.store import open_store
+from stages.events import parse_event
+from stages.reasoning_rl_config import ReasoningRlConfig
+
+
+class ShortReplies:
+    """Scores by response length, so that even an untrained model's groups carry a signal."""
+
+    name, version = "short_replies", "1"
+
+    def __call__(self, samples):
+        return [1.0 / (1 + len(s.response)) for s in samples]
+
+
+class Broken:
+    name, version = "broken", "1"
+
+    def __call__(self, samples):
+        return [float("nan")] * len(samples)
+
+
+def rl_config(store, run_id, **overrides):
+    fields = dict(run_id=run_id, store=store["root"], init_checkpoint=store["init"],
+                  datasets=[uri for uri in store["datasets"] if "/arith-" in uri], group_size=4, prompts_per_step=2,
+                  max_steps=3, max_new_tokens=12, lr=1e-3, warmup_steps=1)
+    fields.update(overrides)
+    return ReasoningRlConfig(**fields)
+
+
+def run_job(config, tmp_path):
+    path = tmp_path / f"{config.run_id}.json"
+    path.write_text(config.model_dump_json())
+    events, lines = [], []
+
+    def collect(line):
+        lines.append(line)
+        if (event := parse_event(line)) is not None:
+            events.append(event)
+
+    LocalLauncher(nproc=1, threads_per_proc=1).run("stages.reasoning_rl", path, collect)
+    return events, lines
+
+
+def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_lineage(small_store, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rewards = [{"path": "tests.test_reasoning_rl:ShortReplies"}, {"path": "rewards.verifiers.ArithExactMatch", "weight": 2.0}]
+    config = rl_config(small_store, "rl-steps", rewards=rewards)
+    events, _ = run_job(config, tmp_path)
+
+    steps = [e for e in events if e["event"] == "step"]
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    # Each step samples from the weights the previous step produced.
+    assert [s["weight_version"] for s in steps] == ["0", "1", "2"]
+    for step in steps:
+        assert step["zero_signal_group_fraction"] < 1 and step["dropped_groups"] == 0
+        for key in ("reward/short_replies", "reward/arith_exact_match", "pop_masked_fraction",
+                    "clip_fraction", "logp_gap_mean", "logp_gap_max", "response_length", "rollout_tokens_per_s"):
+            assert key in step
+        # Engine and trainer agree on the sampled tokens' logprobs (same weights, same sparse keys).
+        assert step["logp_gap_max"] < 1e-3 and step["pop_masked_fraction"] == 0
+
+    done = next(e for e in events if e["event"] == "done")
+    lineage = open_store(small_store["root"]).open(config.output_name).lineage()
+    paths = [ref["path"] for ref in lineage["reward_modules"]]
+    assert done["checkpoint"].endswith(config.output_name) and paths == [r["path"] for r in rewards]
+    assert all(len(ref["source_sha256"]) == 64 for ref in lineage["reward_modules"])
+    assert lineage["parents"][0]["uri"] == small_store["init"]
+
+
+def test_a_reward_module_returning_nan_fails_the_stage_naming_it(small_store, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = rl_config(small_store, "rl-broken", rewards=[{"path": "tests.test_reasoning_rl:Broken"}], max_steps=1)
+    with pytest.raises(StageFailed) as failure:
+        run_job(config, tmp_path)
+    assert "reward module 'broken' (version 1) returned nan for sample 0" in str(failure.value)

@@ -1,0 +1,89 @@
+"""Reward modules: the verifiers, loading by dotted path, and the guard around every call."""
+
+import hashlib
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+import rewards.verifiers
+from rewards import RewardModuleError, RewardSample, load_reward_module, reward_module_ref, score_batch
+from rewards.verifiers import ArithExactMatch, FormatValid
+
+PROMPT = ({"role": "user", "content": "Compute 2 + 3 * 4."},)
+
+
+def sample(response, reference="14"):
+    return RewardSample(PROMPT, response, reference)
+
+
+class Raises:
+    name, version = "raises", "1"
+
+    def __call__(self, samples):
+        raise KeyError("no such field")
+
+
+class Hangs:
+    name, version = "hangs", "1"
+
+    def __call__(self, samples):
+        time.sleep(5)
+        return [0.0] * len(samples)
+
+
+class Returns:
+    name, version = "returns", "1"
+
+    def __init__(self, scores):
+        self.scores = scores
+
+    def __call__(self, samples):
+        return self.scores
+
+
+def test_arith_exact_match_needs_a_well_formed_turn_stating_the_reference():
+    good = "3 * 4 = 12, 2 + 12 = 14.</think>The answer is 14.<|user|>"
+    scores = ArithExactMatch()([
+        sample(good),
+        sample(good.replace("14.<|user|>", "15.<|user|>")),
+        sample(good.removesuffix("<|user|>")),  # never stopped: not a finished reply
+        sample("The answer is 14.<|user|>"),  # thinking on, but no reasoning closed
+        sample(good, reference=None),
+    ])
+    assert scores == [1.0, 0.0, 0.0, 0.0, None]
+    assert FormatValid()([sample(good), sample(good.removesuffix("<|user|>"))]) == [1.0, 0.0]
+
+
+def test_modules_load_by_dotted_path_in_either_spelling():
+    assert isinstance(load_reward_module("rewards.verifiers.ArithExactMatch"), ArithExactMatch)
+    assert isinstance(load_reward_module("rewards.verifiers:FormatValid"), FormatValid)
+    assert load_reward_module("tests.test_rewards:Returns", {"scores": [1.0]}).scores == [1.0]
+    with pytest.raises(RewardModuleError, match="'rewards.nowhere.Thing' cannot be imported"):
+        load_reward_module("rewards.nowhere.Thing")
+    with pytest.raises(RewardModuleError, match="'math.pi' is not a RewardModule"):
+        load_reward_module("math.pi")
+
+
+def test_lineage_records_the_source_digest_of_the_module():
+    ref = reward_module_ref("rewards.verifiers.ArithExactMatch", ArithExactMatch())
+    assert ref.source_sha256 == hashlib.sha256(Path(rewards.verifiers.__file__).read_bytes()).hexdigest()
+    assert ref.params["name"] == "arith_exact_match"
+
+
+@pytest.mark.parametrize("module,message", [
+    (Raises(), r"'raises' \(version 1\) raised KeyError"),
+    (Hangs(), r"'hangs' \(version 1\) did not return within 0.2 s"),
+    (Returns([1.0]), r"'returns' \(version 1\) returned 1 scores for 2 samples"),
+    (Returns([1.0, math.nan]), r"returned nan for sample 1"),
+    (Returns([math.inf, 1.0]), r"returned inf for sample 0"),
+    (Returns(["1", 1.0]), r"returned '1' for sample 0"),
+])
+def test_a_misbehaving_module_fails_the_batch_naming_itself(module, message):
+    with pytest.raises(RewardModuleError, match=message):
+        score_batch(module, [sample("a"), sample("b")], timeout_s=0.2)
+
+
+def test_none_passes_through_as_unscorable():
+    assert score_batch(Returns([None, 1]), [sample("a"), sample("b")]) == [None, 1.0]
