@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from prefect import get_run_logger
+from prefect import get_run_logger, runtime
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from infra.launch import LocalLauncher
 from stages.events import parse_event
+from stages.stage_inputs import StageIO
 
 
 class JobProgress:
@@ -39,8 +41,10 @@ class JobProgress:
                 update_progress_artifact(self.artifact_id, progress=float(percent))
             if event["step"] % 10 == 0 or "heldout_loss" in event:
                 self.logger.info(
-                    f"{self.stage} step {event['step']}/{event['total']} loss {event['loss']:.4f} "
-                    f"({event['phase']})" + (f" held-out {event['heldout_loss']:.4f}" if "heldout_loss" in event else "")
+                    f"{self.stage} step {event['step']}/{event['total']} loss {event['loss']:.4f}"
+                    + (f" ({event['phase']})" if "phase" in event else "")
+                    + (f" reward {event['reward_mean']:.3f}" if "reward_mean" in event else "")
+                    + (f" held-out {event['heldout_loss']:.4f}" if "heldout_loss" in event else "")
                 )
         else:
             self.logger.info(f"{self.stage} {kind}: {json.dumps({k: v for k, v in event.items() if k != 'event'})}")
@@ -58,3 +62,19 @@ def run_job(stage: str, module: str, config_json: str, workdir: Path, nproc: int
     if progress.final is None:
         raise RuntimeError(f"{stage} job finished without reporting its checkpoint")
     return progress
+
+
+def train_stage(stage: str, module: str, config: StageIO, nproc: int) -> dict:
+    """Run a stage's trainer on its config; its final checkpoint URI and per-step history."""
+    workdir = Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id
+    progress = run_job(stage, module, config.model_dump_json(indent=2), workdir, nproc)
+    return {"checkpoint": progress.final["checkpoint"], "history": progress.history}
+
+
+def with_flow_provenance(config: StageIO) -> StageIO:
+    """The config with the running flow (and its deployment) recorded as its provenance, for lineage."""
+    return config.model_copy(update={"provenance": config.provenance.model_copy(update={
+        "flow_run_id": str(runtime.flow_run.id), "deployment_id": runtime.deployment.id,
+        "flow_name": runtime.flow_run.flow_name,
+        "triggered_by": config.provenance.triggered_by or "prefect",
+    })})

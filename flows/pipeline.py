@@ -1,4 +1,4 @@
-"""The pipeline flow: prepare → SFT (later: reasoning RL → agentic RL → general RL → distillation).
+"""The pipeline flow: prepare → SFT → reasoning RL (later: agentic RL → general RL → distillation).
 
 Stages are chained by checkpoint URI. Each stage's artifacts are named by the digest of its config
 and inputs, so a re-run with nothing changed finds them committed and does no work.
@@ -17,9 +17,11 @@ from data_contracts.lineage import config_digest, source_digest
 from flows.params import PipelineParams
 from flows.presets import get_preset
 from flows.report import write_report
+from flows.reasoning_rl import reasoning_rl
 from flows.sft import evaluate, sft
 from infra.store import open_store
 from stages.prepare import prepare
+from stages.reasoning_rl_config import ReasoningRlConfig
 from stages.sft_config import SftConfig
 
 
@@ -32,18 +34,32 @@ def prepare_data(params: PipelineParams) -> dict:
             "init_checkpoint": prepared.init_checkpoint.uri}
 
 
+def stage_run_id(stage: str, fields: dict, trainer_code: str | None = None) -> str:
+    """The digest of what determines a stage's result (config, inputs, trainer code): an unchanged
+    re-run resumes or skips, and a changed trainer trains anew. `trainer_code` defaults to the
+    digest of the trainers' sources."""
+    code = trainer_code or source_digest("stages", "model", "rewards", "rollout")
+    determining = {k: v for k, v in fields.items() if k != "store"} | {"code": code}
+    return f"{stage}-{config_digest(determining)[:12]}"
+
+
 def sft_config(params: PipelineParams, prepared: dict, trainer_code: str | None = None) -> SftConfig:
-    """The SFT stage's config; `trainer_code` defaults to the digest of the trainer's sources."""
     preset = get_preset(params.preset)
     datasets = sorted(prepared["datasets"][suite] for suite in preset.sft_suites)
     fields = dict(preset.sft, store=params.store, seed=params.seed, init_checkpoint=prepared["init_checkpoint"],
                   datasets=datasets)
-    # The run id is the digest of what determines the result (config, inputs, trainer code), so an
-    # unchanged re-run resumes or skips, and a changed trainer trains anew.
-    code = trainer_code or source_digest("stages", "model")
-    determining = {k: v for k, v in fields.items() if k != "store"} | {"code": code}
-    run_id = f"sft-{config_digest(determining)[:12]}"
-    return SftConfig(run_id=run_id, **fields)
+    return SftConfig(run_id=stage_run_id("sft", fields, trainer_code), **fields)
+
+
+def reasoning_rl_config(params: PipelineParams, prepared: dict, sft_checkpoint: str) -> ReasoningRlConfig:
+    preset = get_preset(params.preset)
+    fields = dict(preset.reasoning_rl, store=params.store, seed=params.seed, init_checkpoint=sft_checkpoint,
+                  datasets=[prepared["datasets"]["arith"]])
+    return ReasoningRlConfig(run_id=stage_run_id("reasoning_rl", fields), **fields)
+
+
+def trained_tokens(history: list[dict]) -> int:
+    return sum(record.get("trained_tokens", 0) for record in history)
 
 
 @flow(name="pipeline", log_prints=True)
@@ -64,10 +80,24 @@ def pipeline(params: PipelineParams) -> dict:
         "stage": "sft", "checkpoint": result["checkpoint"], "metrics_before": result["metrics_before"],
         "metrics_after": result["metrics_after"], "metrics_after_dense": result["metrics_after_dense"],
         "wall_s": round(time.monotonic() - stage_started, 1),
-        "train_tokens": sum(record.get("trained_tokens", 0) for record in result["history"]),
+        "train_tokens": trained_tokens(result["history"]),
     }]
+    histories = {"sft": result["history"]}
+
+    if preset.reasoning_rl is not None:
+        stage_started = time.monotonic()
+        config = reasoning_rl_config(params, prepared, result["checkpoint"])
+        result = reasoning_rl(config, arith_dataset=prepared["datasets"]["arith"], nproc=params.nproc,
+                              eval_settings=replace(preset.rl_eval, seed=params.seed))
+        stages.append({
+            "stage": "reasoning_rl", "checkpoint": result["checkpoint"], "metrics_before": result["metrics_before"],
+            "metrics_after": result["metrics_after"], "wall_s": round(time.monotonic() - stage_started, 1),
+            "train_tokens": trained_tokens(result["history"]),
+        })
+        histories["reasoning_rl"] = result["history"]
+
     summary = {"run_id": run_id, "preset": params.preset, "seed": params.seed,
                "wall_s": round(time.monotonic() - started, 1), "stages": stages}
-    report = write_report(Path(params.reports_dir) / run_id, summary, {"sft": result["history"]},
-                          {"sft": {"after (dense attention)": result["metrics_after_dense"]}})
+    report = write_report(Path(params.reports_dir) / run_id, summary, histories,
+                          {"sft": {"after (dense attention)": stages[0]["metrics_after_dense"]}})
     return {**summary, "report": str(report)}

@@ -17,6 +17,9 @@ def plot_curves(stage: str, history: list[dict], out: Path) -> Path | None:
         return None
     figure, axis = plt.subplots(figsize=(7, 4))
     axis.plot([r["step"] for r in steps], [r["loss"] for r in steps], label="train loss", linewidth=1)
+    rewarded = [r for r in steps if "reward_mean" in r]
+    if rewarded:  # RL: the loss is a policy-gradient surrogate; the reward is what should rise
+        axis.plot([r["step"] for r in rewarded], [r["reward_mean"] for r in rewarded], label="reward mean", linewidth=1)
     heldout = [r for r in steps if "heldout_loss" in r]
     if heldout:
         axis.plot([r["step"] for r in heldout], [r["heldout_loss"] for r in heldout], "o-", label="held-out loss")

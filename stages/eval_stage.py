@@ -7,13 +7,14 @@ report can show what sparsity costs.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from data_contracts import EVAL_V1, write_parquet
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
 from infra.publish import data_input, parent_ref, publish_directory
-from infra.store import ArtifactStore
+from infra.store import ArtifactStore, CommittedArtifact
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.presets import load_model
 from model.tokenizer import load_tokenizer
@@ -44,19 +45,15 @@ def evaluate_checkpoint(
     datasets = {suite: store.open(uri) for suite, uri in dataset_uris.items() if suite in EVALUATED_SUITES}
     config = {"settings": asdict(settings), "attention": list(attention), "checkpoint": checkpoint.digest,
               "datasets": {suite: d.digest for suite, d in datasets.items()}}
-    name = f"evals/{checkpoint.uri.rsplit('/', 1)[-1]}-{config_digest(config)[:12]}"
-    if store.is_committed(name):  # evaluated before with exactly these inputs: read the record back
-        return _results_from_summary(Lineage.model_validate(store.open(name).lineage()).eval_summary)
-    results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="posttrain-eval-") as tmp:
-        workdir = Path(tmp)
+
+    def run(workdir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
         local = checkpoint.download(workdir / "checkpoint")
         model, tokenizer = load_model(local).eval(), load_tokenizer(local)
         install_dsa_indexers(model)
         caps = {"search": settings.search_episodes}
         rows = {suite: load_split([dataset], "test", workdir / suite)[: caps.get(suite)]
                 for suite, dataset in datasets.items()}
-        all_rows = []
+        results, all_rows = {}, []
         for mode in attention:
             set_dense_attention(model, dense=mode == "dense", score_keys=mode != "dense")
             report = evaluate(model, tokenizer, rows, seed=settings.seed, limit_per_suite=settings.limit_per_suite,
@@ -64,14 +61,34 @@ def evaluate_checkpoint(
                               max_turns=settings.max_turns)
             results[mode] = report.metrics
             all_rows += [dict(row, metric=f"{row['metric']}@{mode}") for row in eval_rows(report, checkpoint.uri, "test")]
+        return results, all_rows
+
+    return committed_eval(store, checkpoint, list(datasets.values()), config, settings.seed, run)
+
+
+EvalRun = Callable[[Path], tuple[dict[str, dict[str, float]], list[dict]]]
+
+
+def committed_eval(
+    store: ArtifactStore, checkpoint: CommittedArtifact, datasets: list[CommittedArtifact], config: dict, seed: int,
+    run: EvalRun,
+) -> dict[str, dict[str, float]]:
+    """Run an evaluation once per (checkpoint, config): `run(workdir)` gives {mode: metrics} and eval@1 rows,
+    committed as `evals/<checkpoint>-<config digest>`; later calls read the committed record back."""
+    name = f"evals/{checkpoint.uri.rsplit('/', 1)[-1]}-{config_digest(config)[:12]}"
+    if store.is_committed(name):
+        return _results_from_summary(Lineage.model_validate(store.open(name).lineage()).eval_summary)
+    with tempfile.TemporaryDirectory(prefix="posttrain-eval-") as tmp:
+        workdir = Path(tmp)
+        results, rows = run(workdir)
         out = workdir / "eval"
         out.mkdir()
-        write_parquet(EVAL_V1, all_rows, out / "metrics.parquet")
+        write_parquet(EVAL_V1, rows, out / "metrics.parquet")
         lineage = Lineage(
             kind="eval", name=f"eval of {checkpoint.uri.rsplit('/', 1)[-1]}",
-            parents=[parent_ref(checkpoint, "evaluated")], inputs=[data_input(d, None, "chat@1") for d in datasets.values()],
+            parents=[parent_ref(checkpoint, "evaluated")], inputs=[data_input(d, None, "chat@1") for d in datasets],
             config=config, config_sha256=config_digest(config), code=current_code_version(),
-            libraries=library_versions(), seed=settings.seed, eval_summary={
+            libraries=library_versions(), seed=seed, eval_summary={
                 f"{name}@{mode}": value for mode, metrics in results.items() for name, value in metrics.items()
             },
         )

@@ -109,6 +109,7 @@ def run(config: ReasoningRlConfig) -> str:
                 "zero_signal_group_fraction": all_mean(zero_signal_groups(rewards_by_group) / len(step_prompts)),
                 "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
                 "response_length": all_mean(sum(lengths) / len(lengths)),
+                "trained_tokens": int(all_mean(batch.response_tokens) * dist.world_size),
                 "truncated_fraction": all_mean(sum(s.finish_reason == "length" for s in samples) / len(samples)),
                 "rollout_tokens_per_s": all_mean(sum(lengths) / rollout_s) * dist.world_size,
                 "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,

@@ -26,14 +26,22 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     written = json.loads((run_dir / "summary.json").read_text())
     assert (tmp_path / "runs" / "LATEST").read_text().strip() == summary["run_id"]
     assert {"run_id", "preset", "wall_s", "stages"} <= set(written)
-    (sft,) = written["stages"]
-    assert {"stage", "checkpoint", "metrics_before", "metrics_after", "wall_s", "train_tokens"} <= set(sft)
-    assert sft["stage"] == "sft" and sft["train_tokens"] > 0
+    sft, rl = written["stages"]
+    for stage in (sft, rl):
+        assert {"stage", "checkpoint", "metrics_before", "metrics_after", "wall_s", "train_tokens"} <= set(stage)
+        assert stage["train_tokens"] > 0
+    assert sft["stage"] == "sft" and rl["stage"] == "reasoning_rl"
     assert {"arith/accuracy", "format_validity", "thinking_compliance", "search/success"} <= set(sft["metrics_after"])
+    assert set(rl["metrics_before"]) == set(rl["metrics_after"]) == {"arith/accuracy_greedy", "arith/accuracy_sampled"}
+    # Reasoning RL starts from the SFT checkpoint, and its lineage says so.
+    lineage = json.loads(Path(rl["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
+    assert lineage["parents"][0]["uri"] == sft["checkpoint"]
+    assert [ref["path"] for ref in lineage["reward_modules"]] == ["rewards.verifiers.ArithExactMatch"]
     report = (run_dir / "report.md").read_text()
-    assert "sft_loss.png" in report and (run_dir / "sft_loss.png").stat().st_size > 1000
+    for name in ("sft", "reasoning_rl"):
+        assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
 
     again = pipeline(params)
-    assert again["stages"][0]["checkpoint"] == sft["checkpoint"]
-    assert again["stages"][0]["metrics_after"] == sft["metrics_after"]
+    assert [stage["checkpoint"] for stage in again["stages"]] == [sft["checkpoint"], rl["checkpoint"]]
+    assert [stage["metrics_after"] for stage in again["stages"]] == [sft["metrics_after"], rl["metrics_after"]]
     assert Path(again["report"]).exists()

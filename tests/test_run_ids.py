@@ -22,5 +22,5 @@ def test_run_id_follows_config_inputs_and_code_but_not_the_store():
     assert pipeline.sft_config(params.model_copy(update={"seed": 1}), PREPARED).run_id != base
     other_init = dict(PREPARED, init_checkpoint="file:///s/checkpoints/init/glm5-tiny-2")
     assert pipeline.sft_config(params, other_init).run_id != base
-    assert pipeline.sft_config(params, PREPARED, trainer_code=source_digest("stages", "model")).run_id == base
+    assert pipeline.sft_config(params, PREPARED, trainer_code=source_digest("stages", "model", "rewards", "rollout")).run_id == base
     assert pipeline.sft_config(params, PREPARED, trainer_code="an edited trainer").run_id != base

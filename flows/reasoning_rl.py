@@ -1,0 +1,41 @@
+"""The reasoning RL flow: validate inputs, evaluate the input checkpoint, train, evaluate, publish."""
+
+from __future__ import annotations
+
+from prefect import flow, task
+
+from data_contracts.lineage import Lineage
+from flows.cards import publish_lineage_card, publish_metrics_table
+from flows.job import train_stage, with_flow_provenance
+from flows.stage_checks import validate_stage_inputs
+from infra.store import open_store
+from stages.eval_sampled import SampledEvalSettings, evaluate_sampled
+from stages.reasoning_rl_config import ReasoningRlConfig
+
+
+@task
+def train_reasoning_rl(config: ReasoningRlConfig, nproc: int) -> dict:
+    return train_stage("reasoning_rl", "stages.reasoning_rl", config, nproc)
+
+
+@task
+def evaluate_with_engine(store_root: str | None, checkpoint: str, arith_dataset: str,
+                         settings: SampledEvalSettings) -> dict[str, float]:
+    return evaluate_sampled(open_store(store_root), checkpoint, arith_dataset, settings)
+
+
+@flow(name="reasoning_rl", log_prints=True)
+def reasoning_rl(config: ReasoningRlConfig, arith_dataset: str, nproc: int = 1,
+                 eval_settings: SampledEvalSettings | None = None) -> dict:
+    """GRPO + IcePop from `config.init_checkpoint`; held-out arith accuracy (greedy and sampled) before and after."""
+    config = with_flow_provenance(config)
+    validate_stage_inputs(config, "reasoning_rl")
+    eval_settings = eval_settings or SampledEvalSettings(seed=config.seed)
+    before = evaluate_with_engine(config.store, config.init_checkpoint, arith_dataset, eval_settings)
+    trained = train_reasoning_rl(config, nproc)
+    after = evaluate_with_engine(config.store, trained["checkpoint"], arith_dataset, eval_settings)
+    publish_metrics_table("reasoning_rl", before, after)
+    lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
+    publish_lineage_card("reasoning_rl", trained["checkpoint"], lineage)
+    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "metrics_before": before,
+            "metrics_after": after}
