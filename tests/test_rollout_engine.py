@@ -9,6 +9,7 @@ from model.presets import build_model, load_model
 from rollout.client import EngineClient, EngineRequestError, EngineUnavailableError
 from rollout.process import EngineProcess, free_port
 from rollout.protocol import SamplingParams
+from stages.rl_rollouts import train_batch
 
 PROMPT_LENGTHS = (40, 23, 57)  # two of them past index_topk (32) before any token is generated
 
@@ -116,3 +117,19 @@ def test_an_engine_that_is_down_is_named():
     client = EngineClient(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(EngineUnavailableError, match="unreachable"):
         client.generate([[1, 2, 3]], SamplingParams(max_new_tokens=1))
+
+
+def test_the_training_batch_holds_exactly_the_engine_ids_and_logprobs(engine, tokenizer):
+    """TITO: what the trainer trains on is the engine's token ids, never a decode/re-tokenize round trip."""
+    batch = prompts(tokenizer, (34, 9))
+    samples = engine.generate(batch, SamplingParams(temperature=1.0, max_new_tokens=10, ignore_eos=True, sampling_seed=3))
+    training = train_batch(samples, tokenizer.pad_token_id)
+    for row, sample in enumerate(samples):
+        length = len(sample.prompt_ids) + len(sample.output_ids)
+        assert training.input_ids[row, :length].tolist() == sample.prompt_ids + sample.output_ids
+        targets = training.response_mask[row].bool()
+        assert training.input_ids[row, 1:][targets].tolist() == sample.output_ids
+        assert torch.equal(training.logp_infer[row][targets], torch.tensor(sample.output_logprobs))
+    # Why it matters: random ids decoded to text and re-tokenized come back as other ids.
+    text = tokenizer.decode(samples[0].output_ids, skip_special_tokens=False)
+    assert tokenizer(text, add_special_tokens=False)["input_ids"] != samples[0].output_ids
