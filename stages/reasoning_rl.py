@@ -31,7 +31,9 @@ from stages.stage_inputs import StageInputs, start_stage
 from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
 from stages.lineage import stage_lineage
 from stages.reasoning_rl_config import ReasoningRlConfig
-from stages.rl_rollouts import WeightedReward, group_rewards, rl_prompts, target_logprobs, train_batch
+from stages.rl_rollouts import (
+    WeightedReward, group_rewards, informative_groups, rl_prompts, target_logprobs, train_batch,
+)
 from stages.sft_data import load_split
 
 
@@ -75,7 +77,8 @@ def run(config: ReasoningRlConfig) -> str:
             _push_weights(engine, client, workdir, start_step, dist.is_main)
         for step in range(start_step, config.max_steps):
             rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
-            step_prompts = rng.sample(prompts, config.prompts_per_step)[dist.rank * share:(dist.rank + 1) * share]
+            drawn = share * config.oversample  # this rank's prompts; `share` of them are trained on
+            step_prompts = rng.sample(prompts, drawn * dist.world_size)[dist.rank * drawn:(dist.rank + 1) * drawn]
 
             started = time.monotonic()
             samples = client.generate([p.prompt_ids for p in step_prompts for _ in range(config.group_size)], sampling)
@@ -83,6 +86,10 @@ def run(config: ReasoningRlConfig) -> str:
             rewards_by_group, reward_means, kept = group_rewards(
                 step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s
             )
+            zero_signal = zero_signal_groups(rewards_by_group) / len(step_prompts)
+            chosen = informative_groups(rewards_by_group, kept, share)
+            samples = [samples[g * config.group_size + i] for g in chosen for i in range(config.group_size)]
+            rewards_by_group, kept = rewards_by_group[chosen], [kept[g] for g in chosen]
 
             started = time.monotonic()
             batch = train_batch(samples, tokenizer.pad_token_id)
@@ -106,7 +113,7 @@ def run(config: ReasoningRlConfig) -> str:
                 **{name: all_mean(value) for name, value in reward_means.items()},
                 "reward_mean": all_mean(float(rewards_by_group.mean())),
                 **{name: all_mean(value) for name, value in stats.items()},
-                "zero_signal_group_fraction": all_mean(zero_signal_groups(rewards_by_group) / len(step_prompts)),
+                "zero_signal_group_fraction": all_mean(zero_signal),
                 "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
                 "response_length": all_mean(sum(lengths) / len(lengths)),
                 "trained_tokens": int(all_mean(batch.response_tokens) * dist.world_size),

@@ -27,6 +27,7 @@ class ReasoningRlConfig(StageIO):
     reward_timeout_s: float = Field(60.0, gt=0)
     group_size: int = Field(8, ge=2, description="G: responses per prompt")
     prompts_per_step: int = Field(8, ge=1)
+    oversample: int = Field(1, ge=1, description="draw this many times the prompts, train on the groups with signal")
     max_steps: int = Field(40, ge=1)
     lr: float = Field(5e-5, gt=0)
     warmup_steps: int = Field(5, ge=0)

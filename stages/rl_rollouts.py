@@ -70,6 +70,18 @@ def group_rewards(
     return groups, means, kept
 
 
+def informative_groups(rewards: torch.Tensor, kept: Sequence[bool], count: int) -> list[int]:
+    """`count` group indices, those whose rewards differ first (DAPO's dynamic sampling), in draw order.
+
+    An all-equal group has zero advantage everywhere: training on it only dilutes the batch.
+    When too few groups carry signal the rest are filled with the others, so every step has `count`.
+    """
+    signal = (rewards != rewards[:, :1]).any(dim=1).tolist()
+    order = [g for g in range(len(signal)) if signal[g] and kept[g]]
+    order += [g for g in range(len(signal)) if g not in order]
+    return order[:count]
+
+
 @dataclass
 class TrainBatch:
     """Right-padded prompt + response sequences; per-target tensors are aligned with input_ids[:, 1:]."""

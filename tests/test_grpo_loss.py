@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
+from stages.rl_rollouts import informative_groups
 
 
 def t(rows):
@@ -79,3 +80,11 @@ def test_settings_change_the_band_and_the_clip():
     )
     # ρ = 2.5 is inside β = 3; r = 1.5 / 2.5 = 0.6, clip(0.6, 0.9, 1.1) = 0.9; min(0.6, 0.9) = 0.6.
     assert loss.item() == pytest.approx(-2.5 * 0.6)
+
+
+def test_groups_with_signal_are_chosen_first_and_the_rest_fill_up():
+    rewards = t([[1, 1, 1], [0, 1, 0], [0, 0, 0], [1, 0, 0], [0, 1, 1]])
+    assert informative_groups(rewards, [True] * 5, 2) == [1, 3]
+    # A dropped group (an unscorable sample) is not preferred even when its rewards differ.
+    assert informative_groups(rewards, [True, False, True, True, True], 3) == [3, 4, 0]
+    assert informative_groups(t([[1, 1], [0, 0]]), [True, True], 2) == [0, 1]
