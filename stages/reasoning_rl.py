@@ -87,6 +87,7 @@ def run(config: ReasoningRlConfig) -> str:
                 step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s
             )
             zero_signal = zero_signal_groups(rewards_by_group) / len(step_prompts)
+            reward_mean = float(rewards_by_group.mean())  # over every sampled group, trained or not
             chosen = informative_groups(rewards_by_group, kept, share)
             samples = [samples[g * config.group_size + i] for g in chosen for i in range(config.group_size)]
             rewards_by_group, kept = rewards_by_group[chosen], [kept[g] for g in chosen]
@@ -111,7 +112,7 @@ def run(config: ReasoningRlConfig) -> str:
             record = {
                 "step": step + 1, "loss": all_mean(float(loss)), "lr": engine.get_lr()[0],
                 **{name: all_mean(value) for name, value in reward_means.items()},
-                "reward_mean": all_mean(float(rewards_by_group.mean())),
+                "reward_mean": all_mean(reward_mean),
                 **{name: all_mean(value) for name, value in stats.items()},
                 "zero_signal_group_fraction": all_mean(zero_signal),
                 "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
