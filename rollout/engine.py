@@ -97,18 +97,27 @@ class Engine:
             FinishReason(type="length", length=0) if budget == 0 else None for budget in budgets
         ]
         cache, logits = out.past_key_values, out.logits[:, -1, :]
-        while any(reason is None for reason in finish):
+        # Batch rows still decoding, by prompt index. A row that finishes leaves the batch (and the KV
+        # cache) at once, so short completions stop costing compute while long ones go on.
+        active = list(range(len(prompts)))
+        while True:
+            running = [position for position, row in enumerate(active) if finish[row] is None]
+            if not running:
+                break
+            if len(running) < len(active):
+                keep = torch.tensor(running)
+                cache.batch_select_indices(keep)
+                mask, positions, logits = mask[keep], positions[keep], logits[keep]
+                active = [active[position] for position in running]
             tokens, token_logprobs = sample(logits.float(), params, generator)
-            for row, (token, logprob) in enumerate(zip(tokens.tolist(), token_logprobs.tolist(), strict=True)):
-                if finish[row] is not None:
-                    continue
+            for row, token, logprob in zip(active, tokens.tolist(), token_logprobs.tolist(), strict=True):
                 outputs[row].append(token)
                 logprobs[row].append(logprob)
                 if token in stops:
                     finish[row] = FinishReason(type="stop", matched=token)
                 elif len(outputs[row]) == budgets[row]:
                     finish[row] = FinishReason(type="length", length=len(outputs[row]))
-            if all(reason is not None for reason in finish):
+            if all(finish[row] is not None for row in active):
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
             positions = positions[:, -1:] + 1

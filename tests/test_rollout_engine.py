@@ -72,9 +72,14 @@ def test_generation_stops_at_a_requested_stop_token_and_is_seeded(engine, tokeni
     greedy = SamplingParams(temperature=0.0, max_new_tokens=12, ignore_eos=True)
     free_run = engine.generate(batch, greedy)
     stop = free_run[0].output_ids[4]
-    stopped = engine.generate(batch, greedy.model_copy(update={"stop_token_ids": [stop]}))[0]
+    stopped = engine.generate(batch, greedy.model_copy(update={"stop_token_ids": [stop]}))
     first = free_run[0].output_ids.index(stop)
-    assert stopped.output_ids == free_run[0].output_ids[: first + 1] and stopped.finish_reason == "stop"
+    assert stopped[0].output_ids == free_run[0].output_ids[: first + 1] and stopped[0].finish_reason == "stop"
+    # The row that finished early left the batch; the other one decodes on exactly as before.
+    other = free_run[1].output_ids
+    expected = other[: other.index(stop) + 1] if stop in other else other
+    assert stopped[1].output_ids == expected and len(expected) > first + 1
+    assert torch.allclose(torch.tensor(stopped[1].output_logprobs), torch.tensor(free_run[1].output_logprobs[: len(expected)]), atol=1e-5)
 
     seeded = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=10, ignore_eos=True, sampling_seed=7)
     assert engine.generate(batch, seeded) == engine.generate(batch, seeded)
