@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from model.dsa import install_dsa_indexers, set_dense_attention
+from model.logprobs import next_token_logprobs
 from model.presets import load_model
 from rollout.protocol import FinishReason, GenerateRequest, SamplingParams
 
@@ -161,7 +162,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 
 def _prompt_logprobs(logits: torch.Tensor, ids: torch.Tensor, prompts: list[list[int]], start: int) -> list[list[float | None]]:
     """log p(prompt[t] | prompt[:t]) for every t (None at t = 0), from `start` on."""
-    per_position = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    per_position = next_token_logprobs(logits, ids)
     width = ids.shape[1]
     result = []
     for row, prompt in enumerate(prompts):

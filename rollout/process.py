@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from infra.ports import free_port
 from rollout.client import EngineClient, EngineUnavailableError
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 class EngineProcess:

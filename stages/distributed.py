@@ -7,10 +7,11 @@ process (no launcher) still gets the rendezvous variables DeepSpeed insists on.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
+
+from infra.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -24,18 +25,12 @@ class Dist:
         return self.rank == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def init_distributed() -> Dist:
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
+                          MASTER_PORT=str(free_port()))
     import deepspeed
     import deepspeed.ops
 

@@ -20,6 +20,7 @@ import torch
 from data_contracts import CHAT_V1
 from infra.publish import data_input
 from model.dsa import install_dsa_indexers, set_dense_attention
+from model.logprobs import next_token_logprobs
 from model.presets import load_model
 from rewards import load_reward_module, reward_module_ref
 from rollout.client import EngineClient
@@ -32,7 +33,7 @@ from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, z
 from stages.lineage import stage_lineage
 from stages.reasoning_rl_config import ReasoningRlConfig
 from stages.rl_rollouts import (
-    WeightedReward, group_rewards, informative_groups, rl_prompts, target_logprobs, train_batch,
+    WeightedReward, group_rewards, informative_groups, rl_prompts, train_batch,
 )
 from stages.sft_data import load_split
 
@@ -97,7 +98,7 @@ def run(config: ReasoningRlConfig) -> str:
             keep = torch.tensor(kept).repeat_interleave(config.group_size)
             advantages = group_advantages(rewards_by_group).flatten().to(torch.float32)
             logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-            logp_new = target_logprobs(logits, batch.input_ids, config.temperature)
+            logp_new = next_token_logprobs(logits, batch.input_ids, config.temperature)
             # One optimizer step per rollout batch: θ_old is the current θ, so the trainer's own
             # recomputation π_train(θ_old) is this forward, without its gradient.
             loss, stats = grpo_icepop_loss(

@@ -115,8 +115,3 @@ def train_batch(samples: Sequence[Sample], pad_id: int) -> TrainBatch:
         logp_infer[row, start:end] = torch.tensor(sample.output_logprobs)
     return TrainBatch(ids, attention, response, logp_infer)
 
-
-def target_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log π(input_ids[:, t+1] | input_ids[:, :t+1]) at the sampling temperature: [N, L-1]."""
-    logprobs = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
-    return logprobs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)

@@ -4,7 +4,6 @@ No mocks: the store talks HTTP to these exactly as it would to S3.
 """
 
 import http.client
-import socket
 import subprocess
 import sys
 import threading
@@ -20,19 +19,15 @@ from urllib.parse import urlsplit
 import boto3
 import pytest
 
+from infra.ports import free_port
+
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a moto_server started once per session from this interpreter's venv."""
-    port = _free_port()
+    port = free_port()
     # A file, not a pipe: moto logs every request to stderr and nobody drains a pipe.
     log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
     log = open(log_path, "wb")

@@ -7,7 +7,8 @@ import torch
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.presets import build_model, load_model
 from rollout.client import EngineClient, EngineRequestError, EngineUnavailableError
-from rollout.process import EngineProcess, free_port
+from infra.ports import free_port
+from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from stages.rl_rollouts import train_batch
 
