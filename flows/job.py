@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from prefect import get_run_logger, runtime
@@ -64,11 +65,17 @@ def run_job(stage: str, module: str, config_json: str, workdir: Path, nproc: int
     return progress
 
 
+def stage_workdir(config: StageIO) -> Path:
+    """Where a stage run's scratch files (rank folders, logs) go on this machine."""
+    return Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id
+
+
 def train_stage(stage: str, module: str, config: StageIO, nproc: int) -> dict:
-    """Run a stage's trainer on its config; its final checkpoint URI and per-step history."""
-    workdir = Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id
-    progress = run_job(stage, module, config.model_dump_json(indent=2), workdir, nproc)
-    return {"checkpoint": progress.final["checkpoint"], "history": progress.history}
+    """Run a stage's trainer on its config; its final checkpoint URI, per-step history and the job's wall time."""
+    started = time.monotonic()
+    progress = run_job(stage, module, config.model_dump_json(indent=2), stage_workdir(config), nproc)
+    return {"checkpoint": progress.final["checkpoint"], "history": progress.history,
+            "train_s": round(time.monotonic() - started, 1)}
 
 
 def with_flow_provenance(config: StageIO) -> StageIO:

@@ -79,7 +79,7 @@ def pipeline(params: PipelineParams) -> dict:
     stages = [{
         "stage": "sft", "checkpoint": result["checkpoint"], "metrics_before": result["metrics_before"],
         "metrics_after": result["metrics_after"], "metrics_after_dense": result["metrics_after_dense"],
-        "wall_s": round(time.monotonic() - stage_started, 1),
+        "wall_s": round(time.monotonic() - stage_started, 1), "train_s": result["train_s"],
         "train_tokens": trained_tokens(result["history"]),
     }]
     histories = {"sft": result["history"]}
@@ -92,7 +92,7 @@ def pipeline(params: PipelineParams) -> dict:
         stages.append({
             "stage": "reasoning_rl", "checkpoint": result["checkpoint"], "metrics_before": result["metrics_before"],
             "metrics_after": result["metrics_after"], "wall_s": round(time.monotonic() - stage_started, 1),
-            "train_tokens": trained_tokens(result["history"]),
+            "train_s": result["train_s"], "train_tokens": trained_tokens(result["history"]),
         })
         histories["reasoning_rl"] = result["history"]
 

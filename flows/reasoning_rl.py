@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 from prefect import flow, task
 
 from data_contracts.lineage import Lineage
 from flows.cards import publish_lineage_card, publish_metrics_table
-from flows.job import train_stage, with_flow_provenance
+from flows.job import stage_workdir, train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
+from rollout.process import EngineProcess
 from stages.eval_sampled import SampledEvalSettings, evaluate_sampled
 from stages.reasoning_rl_config import ReasoningRlConfig
 
@@ -20,8 +23,8 @@ def train_reasoning_rl(config: ReasoningRlConfig, nproc: int) -> dict:
 
 @task
 def evaluate_with_engine(store_root: str | None, checkpoint: str, arith_dataset: str,
-                         settings: SampledEvalSettings) -> dict[str, float]:
-    return evaluate_sampled(open_store(store_root), checkpoint, arith_dataset, settings)
+                         settings: SampledEvalSettings, engine_url: str | None = None) -> dict[str, float]:
+    return evaluate_sampled(open_store(store_root), checkpoint, arith_dataset, settings, engine_url)
 
 
 @flow(name="reasoning_rl", log_prints=True)
@@ -31,11 +34,19 @@ def reasoning_rl(config: ReasoningRlConfig, arith_dataset: str, nproc: int = 1,
     config = with_flow_provenance(config)
     validate_stage_inputs(config, "reasoning_rl")
     eval_settings = eval_settings or SampledEvalSettings(seed=config.seed)
-    before = evaluate_with_engine(config.store, config.init_checkpoint, arith_dataset, eval_settings)
-    trained = train_reasoning_rl(config, nproc)
-    after = evaluate_with_engine(config.store, trained["checkpoint"], arith_dataset, eval_settings)
+    with ExitStack() as stack:
+        if not config.engine_url and nproc == 1 and not open_store(config.store).is_committed(config.output_name):
+            # One engine for the evaluation before, the training and the evaluation after: each engine
+            # start costs seconds of stage time. With several ranks, each rank starts its own instead.
+            engine = stack.enter_context(EngineProcess(config.init_checkpoint, stage_workdir(config) / "engine.log",
+                                                       seed=config.seed))
+            config = config.model_copy(update={"engine_url": engine.base_url})
+        before = evaluate_with_engine(config.store, config.init_checkpoint, arith_dataset, eval_settings, config.engine_url)
+        trained = train_reasoning_rl(config, nproc)
+        after = evaluate_with_engine(config.store, trained["checkpoint"], arith_dataset, eval_settings, config.engine_url)
     publish_metrics_table("reasoning_rl", before, after)
     lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
     publish_lineage_card("reasoning_rl", trained["checkpoint"], lineage)
-    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "metrics_before": before,
+    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
+            "metrics_before": before,
             "metrics_after": after}

@@ -60,7 +60,8 @@ def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
     for stage in summary["stages"]:
         name = stage["stage"]
         lines += [f"## {name}", "", f"- checkpoint: `{stage['checkpoint']}`",
-                  f"- wall time: {stage['wall_s']:.0f} s, trained tokens: {stage['train_tokens']:,}", ""]
+                  f"- wall time: {stage['wall_s']:.0f} s, of which the training job {stage['train_s']:.0f} s "
+                  f"(the rest is evaluation before and after); trained tokens: {stage['train_tokens']:,}", ""]
         lines += _metrics_table(stage["metrics_before"], stage["metrics_after"], extra_columns.get(name, {}))
         curve = plot_curves(name, histories.get(name, []), run_dir)
         if curve:

@@ -39,5 +39,6 @@ def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None, npro
     store = open_store(config.store)
     publish_lineage_card("sft", trained["checkpoint"],
                          Lineage.model_validate(store.open(trained["checkpoint"]).lineage()))
-    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "metrics_before": before["sparse"],
+    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
+            "metrics_before": before["sparse"],
             "metrics_after": after["sparse"], "metrics_after_dense": after["dense"]}

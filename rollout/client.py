@@ -29,6 +29,23 @@ class Sample:
     weight_version: str
 
 
+def generate_payload(prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True) -> dict:
+    return {"input_ids": prompts, "sampling_params": sampling.model_dump(exclude_none=True),
+            "return_logprob": return_logprob}
+
+
+def samples_from_answer(base_url: str, prompts: list[list[int]], answer: list) -> list[Sample]:
+    """The engine's /generate answer to a batched request, one Sample per prompt."""
+    outputs = [GenerateOutput.model_validate(o) for o in answer]
+    if len(outputs) != len(prompts):
+        raise EngineRequestError(f"{base_url}: {len(outputs)} completions for {len(prompts)} prompts")
+    return [
+        Sample(prompt, o.output_ids, [lp for lp, _, _ in o.meta_info.output_token_logprobs or []],
+               o.meta_info.finish_reason.type, o.meta_info.weight_version)
+        for prompt, o in zip(prompts, outputs, strict=True)
+    ]
+
+
 class EngineClient:
     def __init__(self, base_url: str, timeout_s: float = 600.0):
         self.base_url, self.timeout_s = base_url.rstrip("/"), timeout_s
@@ -63,16 +80,8 @@ class EngineClient:
                 time.sleep(0.2)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True) -> list[Sample]:
-        payload = {"input_ids": prompts, "sampling_params": sampling.model_dump(exclude_none=True),
-                   "return_logprob": return_logprob}
-        outputs = [GenerateOutput.model_validate(o) for o in self._post("/generate", payload)]
-        if len(outputs) != len(prompts):
-            raise EngineRequestError(f"{self.base_url}: {len(outputs)} completions for {len(prompts)} prompts")
-        return [
-            Sample(prompt, o.output_ids, [lp for lp, _, _ in o.meta_info.output_token_logprobs or []],
-                   o.meta_info.finish_reason.type, o.meta_info.weight_version)
-            for prompt, o in zip(prompts, outputs, strict=True)
-        ]
+        answer = self._post("/generate", generate_payload(prompts, sampling, return_logprob))
+        return samples_from_answer(self.base_url, prompts, answer)
 
     def prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float | None]]:
         """log p(token | tokens before it) for every prompt token (None for the first): prefill only."""

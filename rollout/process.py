@@ -1,42 +1,48 @@
-"""Start a rollout engine as its own process on this machine and stop it again."""
+"""Start a rollout engine or an agent task service as its own process on this machine, and stop it again."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import requests
 
 from infra.ports import free_port
 from rollout.client import EngineClient, EngineUnavailableError
 
 
-class EngineProcess:
-    """`with EngineProcess(uri, log_path) as client:` serves `uri` until the block ends."""
+class ServiceProcess:
+    """`python -m MODULE ARGS --host H --port P` as a child process, up once `GET /health` answers."""
 
-    def __init__(self, checkpoint: str, log_path: Path, *, seed: int = 0, host: str = "127.0.0.1",
+    def __init__(self, module: str, args: list[str], log_path: Path, *, host: str = "127.0.0.1",
                  startup_timeout_s: float = 120.0):
-        self.checkpoint, self.log_path, self.seed, self.host = checkpoint, Path(log_path), seed, host
+        self.module, self.args, self.log_path, self.host = module, args, Path(log_path), host
         self.startup_timeout_s = startup_timeout_s
         self.process: subprocess.Popen | None = None
         self.url = ""
 
-    def start(self) -> EngineClient:
+    def start(self) -> str:
         port = free_port(self.host)
         self.url = f"http://{self.host}:{port}"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "rollout.server", "--checkpoint", self.checkpoint, "--host", self.host,
-                 "--port", str(port), "--seed", str(self.seed)],
+                [sys.executable, "-m", self.module, *self.args, "--host", self.host, "--port", str(port)],
                 stdout=log, stderr=subprocess.STDOUT,
             )
-        client = EngineClient(self.url)
-        try:
-            client.wait_until_healthy(self.startup_timeout_s, is_alive=lambda: self.process.poll() is None)
-        except EngineUnavailableError as error:
-            self.stop()
-            raise EngineUnavailableError(f"{error}; engine log: {self.log_path}") from error
-        return client
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            try:
+                requests.get(f"{self.url}/health", timeout=5).raise_for_status()
+                return self.url
+            except requests.RequestException as error:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise EngineUnavailableError(
+                        f"{self.module} at {self.url} did not come up: {error}; log: {self.log_path}") from error
+                time.sleep(0.2)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -47,8 +53,46 @@ class EngineProcess:
                 self.process.kill()
                 self.process.wait()
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no clean shutdown."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+class EngineProcess:
+    """`with EngineProcess(uri, log_path) as client:` serves `uri` until the block ends."""
+
+    def __init__(self, checkpoint: str, log_path: Path, *, seed: int = 0, host: str = "127.0.0.1",
+                 startup_timeout_s: float = 120.0):
+        self.service = ServiceProcess("rollout.server", ["--checkpoint", checkpoint, "--seed", str(seed)], log_path,
+                                      host=host, startup_timeout_s=startup_timeout_s)
+
+    @property
+    def url(self) -> str:
+        return self.service.url
+
+    def start(self) -> EngineClient:
+        return EngineClient(self.service.start())
+
+    def stop(self) -> None:
+        self.service.stop()
+
     def __enter__(self) -> EngineClient:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class EnvServiceProcess(ServiceProcess):
+    """An agent task service (rollout/envs/service.py), registering with `orchestrator` when given."""
+
+    def __init__(self, task: str, log_path: Path, *, orchestrator: str | None = None,
+                 latency_median_s: float | None = None, latency_sigma: float = 1.0, host: str = "127.0.0.1"):
+        args = ["--task", task]
+        if orchestrator:
+            args += ["--orchestrator", orchestrator]
+        if latency_median_s:
+            args += ["--latency-median-s", str(latency_median_s), "--latency-sigma", str(latency_sigma)]
+        super().__init__("rollout.envs.service", args, log_path, host=host, startup_timeout_s=60.0)

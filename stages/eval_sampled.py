@@ -5,12 +5,14 @@ Reasoning RL's yardstick: greedy accuracy and the mean over k samples at the tra
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
+from rollout.client import EngineClient
 from rollout.process import EngineProcess
 from stages.eval_stage import committed_eval
 from stages.evaluation.sampled_arith import sampled_arith_accuracy
@@ -29,7 +31,11 @@ class SampledEvalSettings:
 
 
 def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, arith_dataset_uri: str,
-                     settings: SampledEvalSettings) -> dict[str, float]:
+                     settings: SampledEvalSettings, engine_url: str | None = None) -> dict[str, float]:
+    """Evaluate on the engine at `engine_url` (made to serve the checkpoint first), or on one started here.
+
+    Every sampled request carries its own seed, so a shared engine gives the same numbers as a fresh one.
+    """
     checkpoint, dataset = store.open(checkpoint_uri), store.open(arith_dataset_uri)
     config = {"kind": "sampled_arith", "settings": asdict(settings), "checkpoint": checkpoint.digest,
               "dataset": dataset.digest}
@@ -37,7 +43,12 @@ def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, arith_dataset_ur
     def run(workdir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
         tokenizer = load_tokenizer(checkpoint.download(workdir / "checkpoint"))
         rows = load_split([dataset], "test", workdir / "arith")[: settings.prompts]
-        with EngineProcess(checkpoint.uri, workdir / "engine.log", seed=settings.seed) as client:
+        with ExitStack() as stack:
+            if engine_url:
+                client = EngineClient(engine_url)
+                client.update_weights(checkpoint.uri)
+            else:
+                client = stack.enter_context(EngineProcess(checkpoint.uri, workdir / "engine.log", seed=settings.seed))
             metrics = sampled_arith_accuracy(
                 client, tokenizer, rows, samples_per_prompt=settings.samples_per_prompt,
                 temperature=settings.temperature, max_new_tokens=settings.max_new_tokens, seed=settings.seed,

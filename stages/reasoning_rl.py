@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import time
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 import torch
 
-from data_contracts import CHAT_V1
-from infra.publish import data_input
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.logprobs import next_token_logprobs
 from model.presets import load_model
@@ -28,10 +25,10 @@ from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from stages import checkpoints
 from stages.distributed import all_mean, deepspeed_engine
-from stages.stage_inputs import StageInputs, start_stage
+from stages.stage_inputs import start_stage
 from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
-from stages.lineage import stage_lineage
 from stages.reasoning_rl_config import ReasoningRlConfig
+from stages.rl_checkpoints import commit_rl_checkpoint, push_weights
 from stages.rl_rollouts import (
     WeightedReward, group_rewards, informative_groups, rl_prompts, train_batch,
 )
@@ -74,15 +71,19 @@ def run(config: ReasoningRlConfig) -> str:
     share = config.prompts_per_rank(dist.world_size)
     with ExitStack() as stack:
         client = stack.enter_context(_rollout_engine(config, workdir, dist.rank))
-        if start_step:  # the engine starts from the init checkpoint: give it the resumed weights
-            _push_weights(engine, client, workdir, start_step, dist.is_main)
+        if start_step:  # the engine serves the init checkpoint: give it the resumed weights
+            push_weights(engine, workdir, start_step, dist.is_main, lambda path: client.update_weights(path, str(start_step)))
+        elif config.engine_url:  # an engine we did not start may serve anything
+            client.update_weights(config.init_checkpoint, weight_version="0")
         for step in range(start_step, config.max_steps):
             rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
             drawn = share * config.oversample  # this rank's prompts; `share` of them are trained on
             step_prompts = rng.sample(prompts, drawn * dist.world_size)[dist.rank * drawn:(dist.rank + 1) * drawn]
 
             started = time.monotonic()
-            samples = client.generate([p.prompt_ids for p in step_prompts for _ in range(config.group_size)], sampling)
+            # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
+            step_sampling = sampling.model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
+            samples = client.generate([p.prompt_ids for p in step_prompts for _ in range(config.group_size)], step_sampling)
             rollout_s = time.monotonic() - started
             rewards_by_group, reward_means, kept = group_rewards(
                 step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s
@@ -107,7 +108,7 @@ def run(config: ReasoningRlConfig) -> str:
             engine.backward(loss)
             engine.step()
             train_s = time.monotonic() - started
-            _push_weights(engine, client, workdir, step + 1, dist.is_main)
+            push_weights(engine, workdir, step + 1, dist.is_main, lambda path: client.update_weights(path, str(step + 1)))
 
             lengths = [len(s.output_ids) for s in samples]
             record = {
@@ -127,11 +128,11 @@ def run(config: ReasoningRlConfig) -> str:
             history.append(record)
             events.emit("step", total=config.max_steps, **record)
             if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.max_steps:
-                uri = _commit(engine, tokenizer, config, stage, step + 1, history, reward_refs,
-                              checkpoints.step_artifact_name(config.resume_prefix, step + 1))
+                uri = commit_rl_checkpoint(engine, tokenizer, config, stage, step + 1, history,
+                                           checkpoints.step_artifact_name(config.resume_prefix, step + 1), reward_refs)
                 events.emit("committed", step=step + 1, checkpoint=uri)
 
-    uri = _commit(engine, tokenizer, config, stage, config.max_steps, history, reward_refs, config.output_name)
+    uri = commit_rl_checkpoint(engine, tokenizer, config, stage, config.max_steps, history, config.output_name, reward_refs)
     events.emit("done", checkpoint=uri, resumed_from=resumed_from, already_committed=False)
     return uri
 
@@ -143,32 +144,6 @@ def _rollout_engine(config: ReasoningRlConfig, workdir: Path, rank: int):
         client.wait_until_healthy(30)
         return nullcontext(client)
     return EngineProcess(config.init_checkpoint, workdir / "engine.log", seed=config.seed * 1000 + rank)
-
-
-def _push_weights(engine, client: EngineClient, workdir: Path, version: int, is_main: bool) -> None:
-    """Rank 0 writes the weights, then every rank's engine loads them before anyone samples again (on-policy)."""
-    pushes = workdir.parent / "push"
-    target = pushes / f"v{version}"
-    if is_main:
-        engine.module.save_pretrained(target)
-    checkpoints.barrier()
-    client.update_weights(str(target), weight_version=str(version))
-    checkpoints.barrier()
-    if is_main:
-        for old in pushes.iterdir():
-            if old != target:
-                shutil.rmtree(old)
-
-
-def _commit(engine, tokenizer, config: ReasoningRlConfig, stage: StageInputs, step, history, reward_refs, name):
-    local = stage.workdir.parent / "commit" / f"step-{step}"
-    checkpoints.save_local(engine, engine.module, tokenizer, local, step, {"history": history}, stage.dist.is_main)
-    lineage = stage_lineage(
-        name=f"reasoning_rl {config.run_id} step {step}", config=config.model_dump(mode="json"), seed=config.seed,
-        init=stage.init, inputs=[data_input(d, None, CHAT_V1.id) for d in stage.datasets],
-        provenance=config.provenance, reward_modules=reward_refs,
-    )
-    return checkpoints.commit(stage.store, name, local, lineage, stage.dist.is_main)
 
 
 def main(argv: list[str] | None = None) -> None:

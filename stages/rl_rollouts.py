@@ -98,20 +98,26 @@ class TrainBatch:
 
 def train_batch(samples: Sequence[Sample], pad_id: int) -> TrainBatch:
     """The sampled sequences exactly as the engine returned their ids, ready for the loss."""
-    width = max(len(s.prompt_ids) + len(s.output_ids) for s in samples)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(samples), width), dtype=torch.long)
-    response = torch.zeros((len(samples), width - 1), dtype=torch.float32)
-    logp_infer = torch.zeros((len(samples), width - 1), dtype=torch.float32)
-    for row, sample in enumerate(samples):
-        if len(sample.output_logprobs) != len(sample.output_ids):
-            raise ValueError(f"sample {row}: {len(sample.output_logprobs)} logprobs for {len(sample.output_ids)} tokens")
-        sequence = sample.prompt_ids + sample.output_ids
+    return padded_batch([(s.prompt_ids, s.output_ids, [1] * len(s.output_ids), s.output_logprobs) for s in samples], pad_id)
+
+
+def padded_batch(sequences: Sequence[tuple[list[int], list[int], list[int], list[float]]], pad_id: int) -> TrainBatch:
+    """(prompt ids, response ids, response loss mask, response logprobs) rows → right-padded tensors.
+
+    The response may hold environment tokens (mask 0) between the model's turns (agentic RL)."""
+    width = max(len(prompt) + len(response) for prompt, response, _, _ in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    trained = torch.zeros((len(sequences), width - 1), dtype=torch.float32)
+    logp_infer = torch.zeros((len(sequences), width - 1), dtype=torch.float32)
+    for row, (prompt, response, mask, logprobs) in enumerate(sequences):
+        if not len(logprobs) == len(mask) == len(response):
+            raise ValueError(f"row {row}: {len(logprobs)} logprobs and {len(mask)} mask values for {len(response)} tokens")
+        sequence = prompt + response
         ids[row, : len(sequence)] = torch.tensor(sequence)
         attention[row, : len(sequence)] = 1
-        # Target position t predicts sequence[t + 1]: the outputs are targets len(prompt)-1 onwards.
-        start, end = len(sample.prompt_ids) - 1, len(sequence) - 1
-        response[row, start:end] = 1
-        logp_infer[row, start:end] = torch.tensor(sample.output_logprobs)
-    return TrainBatch(ids, attention, response, logp_infer)
-
+        # Target position t predicts sequence[t + 1]: the response is targets len(prompt)-1 onwards.
+        start, end = len(prompt) - 1, len(sequence) - 1
+        trained[row, start:end] = torch.tensor(mask, dtype=torch.float32)
+        logp_infer[row, start:end] = torch.tensor(logprobs)
+    return TrainBatch(ids, attention, trained, logp_infer)

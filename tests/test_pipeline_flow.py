@@ -28,8 +28,8 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     assert {"run_id", "preset", "wall_s", "stages"} <= set(written)
     sft, rl = written["stages"]
     for stage in (sft, rl):
-        assert {"stage", "checkpoint", "metrics_before", "metrics_after", "wall_s", "train_tokens"} <= set(stage)
-        assert stage["train_tokens"] > 0
+        assert {"stage", "checkpoint", "metrics_before", "metrics_after", "wall_s", "train_s", "train_tokens"} <= set(stage)
+        assert stage["train_tokens"] > 0 and 0 < stage["train_s"] < stage["wall_s"]
     assert sft["stage"] == "sft" and rl["stage"] == "reasoning_rl"
     assert {"arith/accuracy", "format_validity", "thinking_compliance", "search/success"} <= set(sft["metrics_after"])
     assert set(rl["metrics_before"]) == set(rl["metrics_after"]) == {"arith/accuracy_greedy", "arith/accuracy_sampled"}
@@ -37,6 +37,8 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     lineage = json.loads(Path(rl["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
     assert lineage["parents"][0]["uri"] == sft["checkpoint"]
     assert [ref["path"] for ref in lineage["reward_modules"]] == ["rewards.verifiers.ArithExactMatch"]
+    # The flow's one engine served the evaluations and the training's rollouts.
+    assert lineage["config"]["engine_url"].startswith("http://127.0.0.1:")
     report = (run_dir / "report.md").read_text()
     for name in ("sft", "reasoning_rl"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000

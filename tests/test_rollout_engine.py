@@ -95,7 +95,7 @@ def test_prefill_only_returns_prompt_logprobs(engine, checkpoints, tokenizer):
         assert torch.allclose(torch.tensor(logprobs[1:]), full_forward_logprobs(model, prompt), atol=1e-4)
 
 
-def test_update_weights_bumps_the_version_and_serves_the_new_weights(checkpoints, tokenizer, tmp_path):
+def test_update_weights_bumps_the_version_and_serves_the_new_weights(engine, checkpoints, tokenizer, tmp_path):
     with EngineProcess(str(checkpoints[0]), tmp_path / "engine.log") as client:
         batch = prompts(tokenizer, (33,))
         assert client.update_weights(str(checkpoints[1])) == "1"
@@ -107,6 +107,13 @@ def test_update_weights_bumps_the_version_and_serves_the_new_weights(checkpoints
         with pytest.raises(EngineRequestError, match="not a checkpoint directory"):
             client.update_weights(str(tmp_path))
         assert client.health()["weight_version"] == "1"  # a failed update leaves the served weights alone
+
+        # Switched back, it samples what a fresh engine on those weights samples, whatever it served before:
+        # what lets one engine serve a stage's evaluations and its training.
+        client.update_weights(str(checkpoints[0]))
+        seeded = SamplingParams(temperature=1.0, max_new_tokens=8, ignore_eos=True, sampling_seed=5)
+        shared, fresh = client.generate(batch, seeded), engine.generate(batch, seeded)
+        assert [(s.output_ids, s.output_logprobs) for s in shared] == [(s.output_ids, s.output_logprobs) for s in fresh]
 
 
 def test_bad_requests_are_refused_naming_the_problem(engine, tokenizer):
