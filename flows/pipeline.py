@@ -1,4 +1,4 @@
-"""The pipeline flow: prepare → SFT → reasoning RL (later: agentic RL → general RL → distillation).
+"""The pipeline flow: prepare → SFT → reasoning RL → agentic RL (later: general RL → distillation).
 
 Stages are chained by checkpoint URI. Each stage's artifacts are named by the digest of its config
 and inputs, so a re-run with nothing changed finds them committed and does no work.
@@ -17,10 +17,12 @@ from data_contracts.lineage import config_digest, source_digest
 from flows.params import PipelineParams
 from flows.presets import get_preset
 from flows.report import write_report
+from flows.agentic_rl import agentic_rl
 from flows.reasoning_rl import reasoning_rl
 from flows.sft import evaluate, sft
 from infra.store import open_store
 from stages.prepare import prepare
+from stages.agentic_rl_config import AgenticRlConfig
 from stages.reasoning_rl_config import ReasoningRlConfig
 from stages.sft_config import SftConfig
 
@@ -56,6 +58,13 @@ def reasoning_rl_config(params: PipelineParams, prepared: dict, sft_checkpoint: 
     fields = dict(preset.reasoning_rl, store=params.store, seed=params.seed, init_checkpoint=sft_checkpoint,
                   datasets=[prepared["datasets"]["arith"]])
     return ReasoningRlConfig(run_id=stage_run_id("reasoning_rl", fields), **fields)
+
+
+def agentic_rl_config(params: PipelineParams, prepared: dict, init_checkpoint: str) -> AgenticRlConfig:
+    preset = get_preset(params.preset)
+    fields = dict(preset.agentic_rl, store=params.store, seed=params.seed, data_seed=params.seed,
+                  init_checkpoint=init_checkpoint, datasets=sorted([prepared["datasets"]["arith"], prepared["datasets"]["search"]]))
+    return AgenticRlConfig(run_id=stage_run_id("agentic_rl", fields), **fields)
 
 
 def trained_tokens(history: list[dict]) -> int:
@@ -95,6 +104,17 @@ def pipeline(params: PipelineParams) -> dict:
             "train_s": result["train_s"], "train_tokens": trained_tokens(result["history"]),
         })
         histories["reasoning_rl"] = result["history"]
+
+    if preset.agentic_rl is not None:
+        stage_started = time.monotonic()
+        config = agentic_rl_config(params, prepared, stages[-1]["checkpoint"])
+        result = agentic_rl(config, nproc=params.nproc, eval_settings=replace(preset.agentic_eval, seed=params.seed))
+        stages.append({
+            "stage": "agentic_rl", "checkpoint": result["checkpoint"], "metrics_before": result["metrics_before"],
+            "metrics_after": result["metrics_after"], "wall_s": round(time.monotonic() - stage_started, 1),
+            "train_s": result["train_s"], "train_tokens": trained_tokens(result["history"]),
+        })
+        histories["agentic_rl"] = result["history"]
 
     summary = {"run_id": run_id, "preset": params.preset, "seed": params.seed,
                "wall_s": round(time.monotonic() - started, 1), "stages": stages}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stages.eval_agentic import AgenticEvalSettings
 from stages.eval_sampled import SampledEvalSettings
 from stages.eval_stage import EvalSettings
 from suites.prepare import SuiteSizes
@@ -18,6 +19,8 @@ class PipelinePreset:
     eval: EvalSettings = field(default_factory=EvalSettings)
     reasoning_rl: dict | None = None  # ReasoningRlConfig fields beyond the defaults; None skips the stage
     rl_eval: SampledEvalSettings = field(default_factory=SampledEvalSettings)
+    agentic_rl: dict | None = None  # AgenticRlConfig fields beyond the defaults; None skips the stage
+    agentic_eval: AgenticEvalSettings = field(default_factory=AgenticEvalSettings)
 
 
 PIPELINE_PRESETS = {
@@ -30,6 +33,10 @@ PIPELINE_PRESETS = {
         eval=EvalSettings(limit_per_suite=8, batch_size=8, max_new_tokens=24),
         reasoning_rl=dict(max_steps=2, group_size=2, prompts_per_step=2, max_new_tokens=16),
         rl_eval=SampledEvalSettings(prompts=8, samples_per_prompt=2, max_new_tokens=16),
+        agentic_rl=dict(max_steps=2, group_size=2, groups_per_step=2, max_in_flight_groups=2, replicas=2,
+                        max_new_tokens=16, max_turns=2, max_context=512, discard_above=480),
+        agentic_eval=AgenticEvalSettings(episodes_per_task=4, max_new_tokens=16, max_turns=2, max_context=512,
+                                         discard_above=480),
     ),
     # The demo: at most 4 minutes of SFT (training and its evaluation) on 2 CPU cores.
     "tiny": PipelinePreset(
@@ -59,6 +66,9 @@ PIPELINE_PRESETS = {
         reasoning_rl=dict(max_steps=26, group_size=8, prompts_per_step=16, oversample=2, lr=5e-5, warmup_steps=3,
                           max_new_tokens=64),
         rl_eval=SampledEvalSettings(prompts=1000, samples_per_prompt=4, max_new_tokens=64),
+        agentic_rl=dict(max_steps=16, group_size=4, groups_per_step=8, max_in_flight_groups=16, replicas=2,
+                        lr=5e-5, warmup_steps=2, max_new_tokens=64, max_turns=6),
+        agentic_eval=AgenticEvalSettings(episodes_per_task=100),
     ),
     # A single-GPU preset: a 40M model and longer training.
     "small": PipelinePreset(

@@ -8,7 +8,6 @@ tie-stable top-k makes the engine's and the trainer's sparse attention pick the 
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 from contextlib import ExitStack, nullcontext
@@ -16,7 +15,6 @@ from pathlib import Path
 
 import torch
 
-from model.dsa import install_dsa_indexers, set_dense_attention
 from model.logprobs import next_token_logprobs
 from model.presets import load_model
 from rewards import load_reward_module, reward_module_ref
@@ -24,28 +22,15 @@ from rollout.client import EngineClient
 from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from stages import checkpoints
-from stages.distributed import all_mean, deepspeed_engine
-from stages.stage_inputs import start_stage
+from stages.distributed import all_mean
+from stages.stage_inputs import stage_main, start_stage
 from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
 from stages.reasoning_rl_config import ReasoningRlConfig
-from stages.rl_checkpoints import commit_rl_checkpoint, push_weights
+from stages.rl_trainer import commit_rl_checkpoint, push_weights, rl_training_engine
 from stages.rl_rollouts import (
     WeightedReward, group_rewards, informative_groups, rl_prompts, train_batch,
 )
 from stages.sft_data import load_split
-
-
-def build_engine(model, config: ReasoningRlConfig, world_size: int):
-    """A DeepSpeed engine over the causal LM with the DSA indexer frozen."""
-    for indexer in install_dsa_indexers(model):
-        indexer.requires_grad_(False)
-    set_dense_attention(model, dense=False)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    warmup = max(config.warmup_steps, 1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
-    batch = config.prompts_per_step * config.group_size
-    return deepspeed_engine(model, optimizer, scheduler, batch, world_size, config.zero_stage, config.grad_clip)
 
 
 def run(config: ReasoningRlConfig) -> str:
@@ -61,7 +46,9 @@ def run(config: ReasoningRlConfig) -> str:
     reward_refs = [reward_module_ref(spec.path, r.module, spec.params) for spec, r in zip(config.rewards, rewards)]
     events.emit("data", train_prompts=len(prompts), rewards=[r.name for r in rewards])
 
-    engine = build_engine(model, config, dist.world_size)
+    engine = rl_training_engine(model, lr=config.lr, warmup_steps=config.warmup_steps,
+                                global_batch=config.prompts_per_step * config.group_size, world_size=dist.world_size,
+                                zero_stage=config.zero_stage, grad_clip=config.grad_clip)
     start_step, history, resumed_from = checkpoints.resume_latest(
         engine, stage.store, config.resume_prefix, workdir / "resume", dist.local_rank == 0, events
     )
@@ -147,10 +134,7 @@ def _rollout_engine(config: ReasoningRlConfig, workdir: Path, rank: int):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, type=Path, help="run.json: a serialized ReasoningRlConfig")
-    args, _ = parser.parse_known_args(argv)
-    run(ReasoningRlConfig.model_validate_json(args.config.read_text()))
+    stage_main(ReasoningRlConfig, run, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

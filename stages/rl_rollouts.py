@@ -9,6 +9,7 @@ import torch
 
 from rewards import RewardModule, RewardSample, score_batch
 from rollout.client import Sample
+from rollout.trajectory import prompt_ids
 from stages.evaluation.references import prompt_messages, reference_answer, row_tools
 
 
@@ -25,9 +26,7 @@ def rl_prompts(rows: Sequence[Mapping], tokenizer) -> list[RlPrompt]:
     prompts = []
     for row in rows:
         messages = prompt_messages(row)
-        text = tokenizer.apply_chat_template(list(messages), tools=row_tools(row), add_generation_prompt=True,
-                                             enable_thinking=True, tokenize=False)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = prompt_ids(tokenizer, list(messages), row_tools(row))
         prompts.append(RlPrompt(row["id"], messages, reference_answer(row), ids))
     return prompts
 

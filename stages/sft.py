@@ -8,10 +8,8 @@ Re-running the same config resumes from the last committed step; a finished run 
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 
@@ -22,7 +20,7 @@ from model.presets import load_model
 from stages import checkpoints
 from stages.batches import GlobalBatches, collate
 from stages.distributed import all_mean, deepspeed_engine
-from stages.stage_inputs import start_stage
+from stages.stage_inputs import stage_main, start_stage
 from stages.lineage import stage_lineage
 from stages.schedule import dsa_phase, main_lr_multiplier
 from stages.sft_config import SftConfig
@@ -118,10 +116,7 @@ def save_and_commit(engine, tokenizer, config, store, step, history, init, datas
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, type=Path, help="run.json: a serialized SftConfig")
-    args, _ = parser.parse_known_args(argv)  # launchers append their own flags (e.g. --local_rank)
-    run(SftConfig.model_validate_json(args.config.read_text()))
+    stage_main(SftConfig, run, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

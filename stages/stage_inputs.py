@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 from dataclasses import dataclass
@@ -93,3 +94,11 @@ def start_stage(config: StageIO) -> StageInputs | str:
     if not (init_dir / "config.json").exists():
         init.download(init_dir)
     return StageInputs(dist, events, store, workdir, init, init_dir, [store.open(uri) for uri in config.datasets])
+
+
+def stage_main(config_type: type[StageIO], run, description: str, argv: list[str] | None = None) -> None:
+    """`python -m stages.<stage> --config run.json`: run the stage on a serialized config."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", required=True, type=Path, help=f"run.json: a serialized {config_type.__name__}")
+    args, _ = parser.parse_known_args(argv)  # launchers append their own flags (e.g. --local_rank)
+    run(config_type.model_validate_json(args.config.read_text()))

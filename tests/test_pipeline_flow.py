@@ -26,11 +26,11 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     written = json.loads((run_dir / "summary.json").read_text())
     assert (tmp_path / "runs" / "LATEST").read_text().strip() == summary["run_id"]
     assert {"run_id", "preset", "wall_s", "stages"} <= set(written)
-    sft, rl = written["stages"]
-    for stage in (sft, rl):
+    sft, rl, agentic = written["stages"]
+    for stage in (sft, rl, agentic):
         assert {"stage", "checkpoint", "metrics_before", "metrics_after", "wall_s", "train_s", "train_tokens"} <= set(stage)
         assert stage["train_tokens"] > 0 and 0 < stage["train_s"] < stage["wall_s"]
-    assert sft["stage"] == "sft" and rl["stage"] == "reasoning_rl"
+    assert [s["stage"] for s in (sft, rl, agentic)] == ["sft", "reasoning_rl", "agentic_rl"]
     assert {"arith/accuracy", "format_validity", "thinking_compliance", "search/success"} <= set(sft["metrics_after"])
     assert set(rl["metrics_before"]) == set(rl["metrics_after"]) == {"arith/accuracy_greedy", "arith/accuracy_sampled"}
     # Reasoning RL starts from the SFT checkpoint, and its lineage says so.
@@ -39,11 +39,15 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     assert [ref["path"] for ref in lineage["reward_modules"]] == ["rewards.verifiers.ArithExactMatch"]
     # The flow's one engine served the evaluations and the training's rollouts.
     assert lineage["config"]["engine_url"].startswith("http://127.0.0.1:")
+    # Agentic RL starts from the reasoning RL checkpoint and reports held-out tool-task success.
+    assert {"search/tool_success", "calc/tool_success", "tool_success"} <= set(agentic["metrics_after"])
+    agentic_lineage = json.loads(Path(agentic["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
+    assert agentic_lineage["parents"][0]["uri"] == rl["checkpoint"]
     report = (run_dir / "report.md").read_text()
-    for name in ("sft", "reasoning_rl"):
+    for name in ("sft", "reasoning_rl", "agentic_rl"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
 
     again = pipeline(params)
-    assert [stage["checkpoint"] for stage in again["stages"]] == [sft["checkpoint"], rl["checkpoint"]]
-    assert [stage["metrics_after"] for stage in again["stages"]] == [sft["metrics_after"], rl["metrics_after"]]
+    assert [stage["checkpoint"] for stage in again["stages"]] == [s["checkpoint"] for s in (sft, rl, agentic)]
+    assert [stage["metrics_after"] for stage in again["stages"]] == [s["metrics_after"] for s in (sft, rl, agentic)]
     assert Path(again["report"]).exists()

@@ -1,4 +1,5 @@
-"""What every RL stage does with its weights: push them to the rollout engines, and commit checkpoints."""
+"""What every RL stage does with its model: train it with the indexer frozen, push its weights to the
+rollout engines, and commit checkpoints."""
 
 from __future__ import annotations
 
@@ -6,11 +7,29 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import torch
+
 from data_contracts import CHAT_V1
 from infra.publish import data_input
+from model.dsa import install_dsa_indexers, set_dense_attention
 from stages import checkpoints
+from stages.distributed import deepspeed_engine
 from stages.lineage import stage_lineage
 from stages.stage_inputs import StageInputs, StageIO
+
+
+def rl_training_engine(model, *, lr: float, warmup_steps: int, global_batch: int, world_size: int, zero_stage: int,
+                       grad_clip: float):
+    """A DeepSpeed engine over the causal LM with sparse attention on and the DSA indexer frozen
+    (trained during SFT; RL must not move which keys a query selects); linear warm-up, then constant lr."""
+    for indexer in install_dsa_indexers(model):
+        indexer.requires_grad_(False)
+    set_dense_attention(model, dense=False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    warmup = max(warmup_steps, 1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    return deepspeed_engine(model, optimizer, scheduler, global_batch, world_size, zero_stage, grad_clip)
 
 
 def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Callable[[str], None] | None) -> None:

@@ -1,0 +1,43 @@
+"""The agentic RL flow: validate inputs, evaluate tool-task success, train asynchronously, evaluate, publish."""
+
+from __future__ import annotations
+
+from prefect import flow, task
+
+from data_contracts.lineage import Lineage
+from flows.cards import publish_lineage_card, publish_metrics_table
+from flows.job import train_stage, with_flow_provenance
+from flows.stage_checks import validate_stage_inputs
+from infra.store import open_store
+from stages.agentic_rl_config import AgenticRlConfig
+from stages.eval_agentic import AgenticEvalSettings, evaluate_agentic
+
+
+@task
+def train_agentic_rl(config: AgenticRlConfig, nproc: int) -> dict:
+    return train_stage("agentic_rl", "stages.agentic_rl", config, nproc)
+
+
+@task
+def evaluate_tool_tasks(store_root: str | None, checkpoint: str, datasets: list[str], tasks: list[str],
+                        settings: AgenticEvalSettings) -> dict[str, float]:
+    return evaluate_agentic(open_store(store_root), checkpoint, datasets, tasks, settings)
+
+
+@flow(name="agentic_rl", log_prints=True)
+def agentic_rl(config: AgenticRlConfig, nproc: int = 1, eval_settings: AgenticEvalSettings | None = None) -> dict:
+    """Fully asynchronous agentic RL from `config.init_checkpoint`; held-out tool-task success before and after.
+
+    The stage starts its engine replicas and task services itself and stops them when it ends."""
+    config = with_flow_provenance(config)
+    validate_stage_inputs(config, "agentic_rl")
+    eval_settings = eval_settings or AgenticEvalSettings(seed=config.data_seed)
+    tasks = sorted(config.tasks)
+    before = evaluate_tool_tasks(config.store, config.init_checkpoint, config.datasets, tasks, eval_settings)
+    trained = train_agentic_rl(config, nproc)
+    after = evaluate_tool_tasks(config.store, trained["checkpoint"], config.datasets, tasks, eval_settings)
+    publish_metrics_table("agentic_rl", before, after)
+    lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
+    publish_lineage_card("agentic_rl", trained["checkpoint"], lineage)
+    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
+            "metrics_before": before, "metrics_after": after}

@@ -1,0 +1,157 @@
+"""An agent task as its own HTTP service: `python -m rollout.envs.service --task search --port N`.
+
+Endpoints: `POST /reset` poses a task row as a new episode, `POST /step` applies one model turn and
+returns the tool results, `POST /verify` scores the finished episode (and forgets it), `GET /health`.
+With `--orchestrator URL` the service registers itself there once it is up. `--latency-median-s`
+adds a seeded lognormal delay to every step, the heavy tail of real tools (bench/async_vs_sync.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import math
+import random
+import threading
+import time
+
+import requests
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel, Field
+
+from rollout.envs.tasks import TASKS, AgentTask, Episode, take_turn
+
+log = logging.getLogger("rollout.envs")
+
+
+class ResetRequest(BaseModel):
+    episode_id: str
+    messages: list[dict] = Field(..., min_length=1, description="the task's prompt: the conversation so far")
+    reference: str
+    metadata: dict = Field(default_factory=dict)
+
+
+class ResetResponse(BaseModel):
+    messages: list[dict]
+    tools: list[dict]
+
+
+class StepRequest(BaseModel):
+    episode_id: str
+    text: str = Field(..., description="the model's turn: everything it generated after the generation prompt")
+
+
+class StepResponse(BaseModel):
+    tool_results: list[str]
+    done: bool
+
+
+class EpisodeRequest(BaseModel):
+    episode_id: str
+
+
+class VerifyResponse(BaseModel):
+    reward: float
+    turns: int
+    tool_calls: int
+
+
+class Latency(BaseModel):
+    """Lognormal step delay: median `median_s`, shape `sigma` (sigma 1.5 puts 1 step in 20 past 12× the median)."""
+
+    median_s: float = Field(..., gt=0)
+    sigma: float = Field(1.0, ge=0)
+
+    def delay(self, episode_id: str, turn: int) -> float:
+        return random.Random(f"{episode_id}:{turn}").lognormvariate(math.log(self.median_s), self.sigma)
+
+
+def build_env_app(task: AgentTask, latency: Latency | None = None) -> FastAPI:
+    app = FastAPI(title=f"posttrain {task.name} environment")
+    episodes: dict[str, Episode] = {}
+
+    def episode(episode_id: str) -> Episode:
+        if episode_id not in episodes:
+            raise HTTPException(status_code=404, detail=f"no episode {episode_id!r} on the {task.name} service")
+        return episodes[episode_id]
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "task": task.name, "episodes": len(episodes)}
+
+    @app.post("/reset")
+    async def reset(request: ResetRequest) -> ResetResponse:
+        if request.episode_id in episodes:
+            raise HTTPException(status_code=409, detail=f"episode {request.episode_id!r} is already running")
+        episodes[request.episode_id] = Episode(request.reference, request.metadata)
+        return ResetResponse(messages=request.messages, tools=task.tools)
+
+    @app.post("/step")
+    async def step(request: StepRequest) -> StepResponse:
+        current = episode(request.episode_id)
+        if latency is not None:
+            await asyncio.sleep(latency.delay(request.episode_id, current.turns))
+        try:  # tools may block (the calculator is a child process): keep the event loop free
+            result = await asyncio.to_thread(take_turn, task, current, request.text)
+        except ValueError as error:
+            raise HTTPException(status_code=409, detail=f"episode {request.episode_id!r}: {error}") from error
+        return StepResponse(tool_results=result.tool_results, done=result.done)
+
+    @app.post("/verify")
+    async def verify(request: EpisodeRequest) -> VerifyResponse:
+        current = episode(request.episode_id)
+        if not current.finished:
+            raise HTTPException(status_code=409, detail=f"episode {request.episode_id!r} has not finished")
+        del episodes[request.episode_id]
+        return VerifyResponse(reward=float(task.succeeded(current)), turns=current.turns, tool_calls=current.tool_calls)
+
+    @app.post("/abandon")
+    async def abandon(request: EpisodeRequest) -> dict:
+        """Forget an episode the orchestrator gave up on (its engine or its own time ran out)."""
+        episodes.pop(request.episode_id, None)
+        return {"abandoned": request.episode_id}
+
+    return app
+
+
+def register(orchestrator_url: str, task: str, url: str, timeout_s: float = 60.0) -> None:
+    """Announce this service to the orchestrator, retrying while the orchestrator starts."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            requests.post(f"{orchestrator_url}/register", json={"task": task, "url": url}, timeout=5).raise_for_status()
+            log.info("registered %s at %s with %s", task, url, orchestrator_url)
+            return
+        except requests.RequestException as error:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"could not register {task} with the orchestrator at {orchestrator_url}: {error}") from error
+            time.sleep(0.5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", required=True, choices=sorted(TASKS))
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--orchestrator", default=None, help="the orchestrator's URL to register with")
+    parser.add_argument("--latency-median-s", type=float, default=None)
+    parser.add_argument("--latency-sigma", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    latency = Latency(median_s=args.latency_median_s, sigma=args.latency_sigma) if args.latency_median_s else None
+    url = f"http://{args.host}:{args.port}"
+    server = uvicorn.Server(uvicorn.Config(build_env_app(TASKS[args.task](), latency), host=args.host,
+                                           port=args.port, log_level="warning"))
+    if args.orchestrator:
+        def register_once_up():
+            while not server.started:
+                time.sleep(0.05)
+            register(args.orchestrator, args.task, url)
+        threading.Thread(target=register_once_up, daemon=True).start()
+    server.run()
+
+
+if __name__ == "__main__":
+    main()

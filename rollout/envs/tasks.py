@@ -1,0 +1,109 @@
+"""The agent tasks: what each environment's tools do and when an episode succeeded.
+
+An episode is posed by a task row (the prompt messages, the reference answer and metadata such as
+the search graph's seed). Each model turn is parsed as the chat format defines it; a well-formed turn
+with tool calls gets the tools' results and the episode goes on, any other turn ends it. The episode
+succeeds when its last turn is a well-formed reply stating the reference answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Protocol
+
+from model.tool_calls import ToolCall
+from rollout.envs.sandbox import SandboxLimits, calculate
+from stages.evaluation.answers import stated_answer, stated_integer
+from stages.evaluation.search_episodes import execute as execute_search
+from stages.evaluation.turns import score_turn
+from suites.search import TOOLS as SEARCH_TOOLS, KnowledgeGraph, build_graph
+
+CALC_TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": "calculate",
+        "description": "Evaluate an integer arithmetic expression (+ - * // % ** and parentheses).",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                       "required": ["expression"]},
+    },
+}]
+
+
+@dataclass
+class Episode:
+    reference: str
+    metadata: Mapping
+    final_reply: str | None = None  # the reply of a well-formed turn without tool calls
+    turns: int = 0
+    finished: bool = False
+    tool_calls: int = 0
+
+
+@dataclass(frozen=True)
+class StepResult:
+    tool_results: list[str] = field(default_factory=list)
+    done: bool = False
+
+
+class AgentTask(Protocol):
+    name: str
+    tools: list[dict]
+
+    def execute(self, call: ToolCall, episode: Episode) -> str: ...
+
+    def succeeded(self, episode: Episode) -> bool: ...
+
+
+def take_turn(task: AgentTask, episode: Episode, text: str) -> StepResult:
+    """Apply one model turn (the text after the generation prompt, thinking on) to the episode."""
+    if episode.finished:
+        raise ValueError("the episode has already finished")
+    episode.turns += 1
+    turn = score_turn(text, thinking=True)
+    if not turn.format_valid or not turn.parsed.tool_calls:
+        episode.finished = True
+        episode.final_reply = turn.parsed.reply if turn.format_valid else None
+        return StepResult(done=True)
+    episode.tool_calls += len(turn.parsed.tool_calls)
+    return StepResult([task.execute(call, episode) for call in turn.parsed.tool_calls])
+
+
+@lru_cache(maxsize=8)
+def _graph(seed: int) -> KnowledgeGraph:
+    return build_graph(seed)
+
+
+class SearchTask:
+    """Multi-hop questions over the embedded knowledge graph the row was generated on."""
+
+    name, tools = "search", SEARCH_TOOLS
+
+    def execute(self, call: ToolCall, episode: Episode) -> str:
+        return execute_search(call, _graph(int(episode.metadata["graph_seed"])))
+
+    def succeeded(self, episode: Episode) -> bool:
+        return episode.final_reply is not None and stated_answer(episode.final_reply) == episode.reference
+
+
+class CalcTask:
+    """Arithmetic with a sandboxed calculator tool: tool-integrated reasoning."""
+
+    name, tools = "calc", CALC_TOOLS
+
+    def __init__(self, limits: SandboxLimits = SandboxLimits()):
+        self.limits = limits
+
+    def execute(self, call: ToolCall, episode: Episode) -> str:
+        if call.name != "calculate":
+            return f"Error: unknown tool '{call.name}'."
+        if set(call.arguments) != {"expression"}:
+            return "Error: calculate takes exactly one argument, 'expression'."
+        return calculate(call.arguments["expression"], self.limits)
+
+    def succeeded(self, episode: Episode) -> bool:
+        return episode.final_reply is not None and stated_integer(episode.final_reply) == int(episode.reference)
+
+
+TASKS: dict[str, type] = {"search": SearchTask, "calc": CalcTask}

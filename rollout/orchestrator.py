@@ -1,0 +1,153 @@
+"""Plays agent rollouts: many at once (asyncio), each against its task's service and the engine router.
+
+A rollout resets its task's service with a prompt row, then alternates engine turns (routed by
+rollout id, so all its turns share one replica) and environment steps until the episode ends or
+runs out of turns, and asks the service for the reward. Its tokens are recorded as rollout@1 samples
+(rollout/trajectory.py). A failing environment marks the rollout `env_error` with the cause: such
+samples are removed from training, never scored as the model's failure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import httpx
+
+from rollout.context import OLD_RESULT_PLACEHOLDER, EpisodeContext
+from rollout.protocol import SamplingParams
+from rollout.registry import TaskRegistry
+from rollout.router import EngineRouter
+from rollout.trajectory import TrajectoryBuilder, observation_ids, prompt_ids
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    rollout_id: str
+    group_id: str
+    task: str
+    row: Mapping  # prompt@1-like: id, messages (the prompt), reference_answer, metadata
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    max_turns: int = 6
+    max_context: int = 1024
+    keep_recent: int = 5  # keep-recent-k
+    discard_above: int = 900  # discard-all threshold, in tokens
+
+
+@dataclass
+class RolloutResult:
+    spec: RolloutSpec
+    rows: list[dict]  # rollout@1 rows
+    reward: float | None
+    status: str  # ok, truncated, env_error
+    failure: str | None = None  # the environment's failure, when status is env_error
+    weight_versions: list[int] = field(default_factory=list)
+    turns: int = 0
+    replicas: list[str] = field(default_factory=list)  # the engine replica of each turn
+
+
+class EnvironmentFailure(RuntimeError):
+    """The task service failed (unreachable, crashed, answered an error): not the model's failure."""
+
+
+class Orchestrator:
+    def __init__(self, registry: TaskRegistry, router: EngineRouter, tokenizer, sampling: SamplingParams,
+                 settings: EpisodeSettings = EpisodeSettings(), env_timeout_s: float = 60.0):
+        self.registry, self.router, self.tokenizer = registry, router, tokenizer
+        self.sampling, self.settings = sampling, settings
+        self.env = httpx.AsyncClient(timeout=env_timeout_s)
+        self._placeholder_cache: dict[int, list[int]] = {}
+
+    async def aclose(self) -> None:
+        await self.env.aclose()
+
+    async def play(self, spec: RolloutSpec) -> RolloutResult:
+        await self.registry.acquire(spec.task)
+        started = time.time()
+        timing = {"gen": 0.0, "env": 0.0}
+        builder = TrajectoryBuilder()
+        try:
+            status, reward = await self._episode(spec, builder, timing)
+            failure = None
+        except EnvironmentFailure as error:
+            status, reward, failure = "env_error", None, str(error)
+        finally:
+            replicas = self.router.finish(spec.rollout_id)
+            await self.registry.release(spec.task)
+        rows = [self._row(spec, index, segment, reward, status, started, timing)
+                for index, segment in enumerate(builder.segments)]
+        return RolloutResult(spec, rows, reward, status, failure, builder.weight_versions, builder.turns, replicas)
+
+    async def _episode(self, spec: RolloutSpec, builder: TrajectoryBuilder, timing: dict) -> tuple[str, float]:
+        url = self._env_url(spec.task)
+        reset = await self._env(url, "/reset", {
+            "episode_id": spec.rollout_id, "messages": list(spec.row["messages"]),
+            "reference": spec.row["reference_answer"], "metadata": dict(spec.row.get("metadata") or {}),
+        }, timing)
+        first_prompt = prompt_ids(self.tokenizer, reset["messages"], reset["tools"])
+        context = EpisodeContext(first_prompt, self.settings.keep_recent, self.settings.discard_above)
+        for _ in range(self.settings.max_turns):
+            ids = context.next_prompt()
+            budget = self.settings.max_context - len(ids)
+            if budget <= 0:
+                await self._abandon(url, spec.rollout_id)
+                return "truncated", 0.0
+            started = time.monotonic()
+            sampling = self.sampling.model_copy(update={"max_new_tokens": min(self.sampling.max_new_tokens, budget)})
+            sample = await self.router.generate(spec.rollout_id, ids, sampling)
+            timing["gen"] += time.monotonic() - started
+            builder.add_turn(ids, sample)
+            text = self.tokenizer.decode(sample.output_ids, skip_special_tokens=False)
+            step = await self._env(url, "/step", {"episode_id": spec.rollout_id, "text": text}, timing)
+            if step["done"]:
+                verdict = await self._env(url, "/verify", {"episode_id": spec.rollout_id}, timing)
+                return "ok", float(verdict["reward"])
+            context.add_round(sample.output_ids, observation_ids(self.tokenizer, step["tool_results"]),
+                              self._placeholder(len(step["tool_results"])))
+        await self._abandon(url, spec.rollout_id)
+        return "truncated", 0.0  # out of turns without an answer: the model's failure
+
+    def _env_url(self, task: str) -> str:
+        try:
+            return self.registry.url(task)
+        except LookupError as error:
+            raise EnvironmentFailure(str(error)) from error
+
+    async def _env(self, url: str, path: str, payload: dict, timing: dict) -> dict:
+        started = time.monotonic()
+        try:
+            response = await self.env.post(f"{url}{path}", json=payload)
+            response.raise_for_status()
+            return response.json()
+        except httpx.TransportError as error:
+            raise EnvironmentFailure(f"{url}{path} unreachable: {type(error).__name__}") from error
+        except httpx.HTTPStatusError as error:
+            raise EnvironmentFailure(f"{url}{path} answered {error.response.status_code}") from error
+        finally:
+            timing["env"] += time.monotonic() - started
+
+    async def _abandon(self, url: str, episode_id: str) -> None:
+        try:
+            await self.env.post(f"{url}/abandon", json={"episode_id": episode_id})
+        except httpx.HTTPError:
+            pass  # the service forgets it anyway when it restarts; nothing is trained from it
+
+    def _placeholder(self, results: int) -> list[int]:
+        if results not in self._placeholder_cache:
+            self._placeholder_cache[results] = observation_ids(self.tokenizer, [OLD_RESULT_PLACEHOLDER] * results)
+        return self._placeholder_cache[results]
+
+    @staticmethod
+    def _row(spec: RolloutSpec, index: int, segment, reward, status, started: float, timing: dict) -> dict:
+        return {
+            "sample_id": f"{spec.rollout_id}/{index}", "group_id": spec.group_id, "session_id": spec.rollout_id,
+            "prompt_id": spec.row["id"], "task": spec.task, "prompt_ids": segment.prompt_ids,
+            "response_ids": segment.response_ids, "loss_mask": segment.loss_mask,
+            "rollout_logprobs": segment.logprobs, "weight_versions": sorted(segment.weight_versions),
+            "reward": reward, "status": status,
+            "t_start": started, "t_end": time.time(), "gen_seconds": timing["gen"], "env_seconds": timing["env"],
+        }

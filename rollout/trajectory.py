@@ -1,0 +1,81 @@
+"""One agent rollout as training samples: exact engine ids and logprobs, environment tokens masked.
+
+A rollout is a run of turns. While each turn's prompt is the previous prompt plus the previous
+output plus the environment's reply, the whole run is one sample: the model's tokens are trained
+(loss mask 1, with the engine's logprobs) and the environment's are not (mask 0). When context
+management rewrites the history (a placeholder, a discard), the engine saw a different prefix, so a
+new sample starts at that turn: every sample holds exactly the ids its tokens were generated after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from model import special_tokens as st
+from rollout.client import Sample
+
+
+@dataclass
+class Segment:
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    weight_versions: list[int] = field(default_factory=list)
+
+    def sequence(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+
+@dataclass
+class TrajectoryBuilder:
+    segments: list[Segment] = field(default_factory=list)
+    turns: int = 0
+
+    def add_turn(self, prompt_ids: list[int], sample: Sample) -> None:
+        """Record the turn the engine generated after `prompt_ids`."""
+        self.turns += 1
+        current = self.segments[-1] if self.segments else None
+        so_far = current.sequence() if current else None
+        if current is not None and prompt_ids[: len(so_far)] == so_far:
+            environment = prompt_ids[len(so_far):]  # what the environment added since the last turn
+            current.response_ids += environment
+            current.loss_mask += [0] * len(environment)
+            current.logprobs += [0.0] * len(environment)
+        else:
+            current = Segment(list(prompt_ids))
+            self.segments.append(current)
+        if len(sample.output_logprobs) != len(sample.output_ids):
+            raise ValueError(f"{len(sample.output_logprobs)} logprobs for {len(sample.output_ids)} generated tokens")
+        current.response_ids += sample.output_ids
+        current.loss_mask += [1] * len(sample.output_ids)
+        current.logprobs += sample.output_logprobs
+        version = int(sample.weight_version)
+        if version not in current.weight_versions:
+            current.weight_versions.append(version)
+
+    @property
+    def weight_versions(self) -> list[int]:
+        return sorted({v for segment in self.segments for v in segment.weight_versions})
+
+
+def prompt_ids(tokenizer, messages: list[dict], tools: list[dict] | None) -> list[int]:
+    """The ids of a conversation rendered up to a new assistant turn with thinking on."""
+    text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, enable_thinking=True,
+                                         tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def observation_ids(tokenizer, tool_results: list[str]) -> list[int]:
+    """The ids the chat template puts after a tool call's stop token: the results, then the next
+    assistant turn's generation prompt (thinking on). Taken from the template itself, so a real GLM-5
+    tokenizer's template gives its own format."""
+    call = [{"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [{"name": "t", "arguments": {}}]}]
+    before = tokenizer.apply_chat_template(call, tokenize=False, enable_thinking=True)
+    after = tokenizer.apply_chat_template(call + [{"role": "tool", "content": r} for r in tool_results],
+                                          tokenize=False, add_generation_prompt=True, enable_thinking=True)
+    if not after.startswith(before) or not after[len(before):].startswith(st.OBSERVATION):
+        raise ValueError("the chat template does not render tool results as an observation turn after the call")
+    # The model generated the observation token itself: it is the stop that ended its turn.
+    return tokenizer(after[len(before) + len(st.OBSERVATION):], add_special_tokens=False)["input_ids"]

@@ -1,0 +1,31 @@
+"""Which finished rollouts agentic RL trains on: the staleness filter and the group-refill rule.
+
+SPEC "Agentic RL": a sample records every weight version it was generated under (w_0 < … < w_k) and
+is dropped once the trainer's version has moved more than τ past w_0. A sample whose environment
+crashed is not the model's failure and is removed; a group keeps training only if more than G/2 of
+its samples remain, refilled to G by repeating them in order, so its advantage baseline stays a
+mean over G.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+Item = TypeVar("Item")
+
+
+def is_stale(weight_versions: Sequence[int], current_version: int, tau: int) -> bool:
+    """w_current − w_0 > τ, with w_0 the oldest weights the sample was generated under."""
+    if not weight_versions:
+        raise ValueError("a sample must record at least one weight version")
+    return current_version - min(weight_versions) > tau
+
+
+def refill_group(valid: Sequence[Item], group_size: int) -> list[Item] | None:
+    """The group's valid samples repeated up to `group_size`, or None when G/2 or fewer remain."""
+    if len(valid) > group_size:
+        raise ValueError(f"{len(valid)} valid samples in a group of {group_size}")
+    if 2 * len(valid) <= group_size:
+        return None
+    return [valid[i % len(valid)] for i in range(group_size)]
