@@ -34,7 +34,7 @@ class Replica:
 
 
 class EngineRouter:
-    def __init__(self, urls: list[str], *, heartbeat_s: float = 0.5, deadline_s: float = 2.0,
+    def __init__(self, urls: list[str], *, heartbeat_s: float = 0.5, deadline_s: float = 5.0,
                  load_factor: float = 1.25, max_attempts: int = 4, request_timeout_s: float = 600.0):
         if not urls:
             raise ValueError("the router needs at least one engine replica")

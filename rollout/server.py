@@ -17,6 +17,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 
 from infra.store import open_artifact
+from rollout.batching import RequestBatcher
 from rollout.engine import Engine, PromptTooLongError
 from rollout.protocol import GenerateOutput, GenerateRequest, MetaInfo, UpdateWeightsRequest, UpdateWeightsResponse
 
@@ -36,8 +37,12 @@ def local_checkpoint(model_path: str, workdir: Path) -> Path:
 def build_app(engine: Engine, workdir: Path) -> FastAPI:
     app = FastAPI(title="posttrain rollout engine")
 
+    batcher = RequestBatcher(engine)
+
+    # Async endpoints run on the event loop, not in the worker threads that blocked requests hold:
+    # /health answers at once however many generations are queued (routers time replicas out on it).
     @app.get("/health")
-    def health() -> dict:
+    async def health() -> dict:
         return {"status": "ok", "weight_version": engine.weight_version}
 
     @app.get("/get_model_info")
@@ -46,9 +51,9 @@ def build_app(engine: Engine, workdir: Path) -> FastAPI:
                 "max_context": engine.max_context}
 
     @app.post("/generate")
-    def generate(request: GenerateRequest):
+    async def generate(request: GenerateRequest):
         try:
-            completions, version = engine.generate(request)
+            completions, version = await batcher.generate(request)
         except (PromptTooLongError, ValueError) as error:
             raise HTTPException(status_code=400, detail=str(error)) from error
         outputs = []

@@ -70,7 +70,7 @@ def stack(checkpoint, tmp_path):
 
 async def play_all(stack, tokenizer, rollout_specs, during=None):
     stack.registry.bind(asyncio.get_running_loop())
-    async with EngineRouter([e.url for e in stack.engines], heartbeat_s=0.2, deadline_s=1.0) as router:
+    async with EngineRouter([e.url for e in stack.engines]) as router:
         await stack.registry.wait_registered(list(stack.services), timeout_s=30)
         orchestrator = Orchestrator(stack.registry, router, tokenizer, SAMPLING, SETTINGS)
         plays = [asyncio.create_task(orchestrator.play(spec)) for spec in rollout_specs]

@@ -1,0 +1,87 @@
+"""Batch concurrent /generate requests into one engine call, as SGLang's scheduler does.
+
+Agent rollouts send one prompt per turn, hundreds at once; run one by one, each decode step would
+carry a single row. Requests that arrive while the engine is busy wait in a queue; the next engine
+call takes every waiting request with the same sampling settings and decodes their prompts as one
+batch. A request with its own `sampling_seed` runs alone, so seeded sampling stays reproducible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from dataclasses import dataclass
+
+from rollout.engine import Completion, Engine, PromptTooLongError
+from rollout.protocol import GenerateRequest
+
+
+@dataclass
+class _Pending:
+    request: GenerateRequest
+    done: asyncio.Future
+
+
+class RequestBatcher:
+    def __init__(self, engine: Engine, max_prompts: int = 512):
+        self.engine, self.max_prompts = engine, max_prompts
+        self._queue: asyncio.Queue[_Pending] | None = None
+        self._worker: asyncio.Task | None = None
+
+    async def generate(self, request: GenerateRequest) -> tuple[list[Completion], str]:
+        if self._worker is None:
+            self._queue = asyncio.Queue()
+            self._worker = asyncio.create_task(self._run())
+        pending = _Pending(request, asyncio.get_running_loop().create_future())
+        await self._queue.put(pending)
+        return await pending.done
+
+    async def _run(self) -> None:
+        while True:
+            waiting = [await self._queue.get()]
+            while not self._queue.empty():
+                waiting.append(self._queue.get_nowait())
+            for group in _mergeable_groups(waiting, self.max_prompts):
+                await self._serve(group)
+
+    async def _serve(self, group: list[_Pending]) -> None:
+        if len(group) == 1:
+            await self._serve_alone(group[0])
+            return
+        first = group[0].request
+        merged = first.model_copy(update={"input_ids": [p for g in group for p in g.request.prompts()]})
+        try:
+            completions, version = await asyncio.to_thread(self.engine.generate, merged)
+        except (PromptTooLongError, ValueError):  # one bad request must not fail the others: name it alone
+            for pending in group:
+                await self._serve_alone(pending)
+            return
+        start = 0
+        for pending in group:
+            count = len(pending.request.prompts())
+            pending.done.set_result((completions[start:start + count], version))
+            start += count
+
+    async def _serve_alone(self, pending: _Pending) -> None:
+        try:
+            pending.done.set_result(await asyncio.to_thread(self.engine.generate, pending.request))
+        except Exception as error:  # the endpoint turns it into the right HTTP status
+            pending.done.set_exception(error)
+
+
+def _mergeable_groups(waiting: list[_Pending], max_prompts: int) -> list[list[_Pending]]:
+    """Requests with identical sampling and logprob settings and no seed of their own, in arrival order."""
+    groups: dict[str, list[list[_Pending]]] = defaultdict(list)
+    order: list[list[_Pending]] = []
+    for pending in waiting:
+        request = pending.request
+        if request.sampling_params.sampling_seed is not None or request.wants_prompt_logprobs():
+            order.append([pending])
+            continue
+        key = request.model_dump_json(exclude={"input_ids"})
+        bucket = groups[key]
+        if not bucket or sum(len(p.request.prompts()) for p in bucket[-1]) + len(request.prompts()) > max_prompts:
+            bucket.append([])
+            order.append(bucket[-1])
+        bucket[-1].append(pending)
+    return order
