@@ -146,3 +146,16 @@ def test_the_training_batch_holds_exactly_the_engine_ids_and_logprobs(engine, to
     # Why it matters: random ids decoded to text and re-tokenized come back as other ids.
     text = tokenizer.decode(samples[0].output_ids, skip_special_tokens=False)
     assert tokenizer(text, add_special_tokens=False)["input_ids"] != samples[0].output_ids
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine, tokenizer):
+    from concurrent.futures import ThreadPoolExecutor
+
+    batch = prompts(tokenizer, (12, 30, 7, 41, 19, 25), seed=4)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=10, ignore_eos=True)
+    alone = [engine.generate([p], greedy)[0] for p in batch]
+    with ThreadPoolExecutor(len(batch)) as pool:  # arrive together: the engine merges them
+        together = list(pool.map(lambda p: engine.generate([p], greedy)[0], batch))
+    for one, merged in zip(alone, together):
+        assert merged.prompt_ids == one.prompt_ids and merged.output_ids == one.output_ids
+        assert torch.allclose(torch.tensor(merged.output_logprobs), torch.tensor(one.output_logprobs), atol=1e-4)
