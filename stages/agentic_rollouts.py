@@ -150,9 +150,12 @@ def usable_group(group: Group, group_size: int, current_version: int, tau: int) 
 
 
 def _cause(failure: str | None) -> str:
-    """The failure without the episode-specific detail, for counting by cause."""
+    """The failure without the episode-specific detail, for counting by cause: "unreachable",
+    "answered <status>", or the whole message."""
     text = failure or "unknown"
-    return "unreachable" if "unreachable" in text else text.rsplit(" answered ", 1)[-1] if " answered " in text else text
+    if "unreachable" in text:
+        return "unreachable"
+    return "answered " + text.rsplit(" answered ", 1)[1] if " answered " in text else text
 
 
 def next_batch(producer: RolloutProducer, config: AgenticRlConfig, version: int):
