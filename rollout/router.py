@@ -45,6 +45,7 @@ class EngineRouter:
         self.client = httpx.AsyncClient(timeout=request_timeout_s)
         self.weights: tuple[str, str] | None = None  # (checkpoint, version) every admitted replica serves
         self.requests: Counter[str] = Counter()  # generate requests answered, by replica
+        self.in_flight: Counter[str] = Counter()  # generate requests sent and not yet answered, by replica
         self.served_by: dict[str, list[str]] = {}  # in-flight rollout → the replica that answered each turn
         self.retries = self.removals = self.readmissions = 0
         self._heartbeat: asyncio.Task | None = None
@@ -72,7 +73,11 @@ class EngineRouter:
             request = asyncio.ensure_future(self.client.post(
                 f"{url}/generate", json=generate_payload([input_ids], sampling)))
             went_down = asyncio.ensure_future(replica.down.wait())
-            await asyncio.wait({request, went_down}, return_when=asyncio.FIRST_COMPLETED)
+            self.in_flight[url] += 1
+            try:
+                await asyncio.wait({request, went_down}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self.in_flight[url] -= 1
             went_down.cancel()
             try:
                 if not request.done():  # the heartbeat gave up on the replica while it held this request

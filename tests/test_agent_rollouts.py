@@ -108,29 +108,41 @@ def test_rollouts_record_exact_engine_tokens_with_environment_tokens_masked(stac
 
 def test_a_replica_killed_mid_stage_loses_no_rollout_and_the_router_logs_it(stack, tokenizer, caplog):
     caplog.set_level(logging.WARNING, logger="rollout.router")
-    rollout_specs = specs(10, prefix="k")
+    first_wave, second_wave = specs(3, prefix="a"), specs(10, prefix="k")
+    dead = stack.engines[0].url
 
-    async def kill_one_replica(router):
-        while sum(router.requests.values()) < 8:
-            await asyncio.sleep(0.01)
-        await asyncio.to_thread(stack.engines[0].service.kill)
+    async def two_waves():
+        stack.registry.bind(asyncio.get_running_loop())
+        async with EngineRouter([e.url for e in stack.engines]) as router:
+            await stack.registry.wait_registered(list(stack.services), timeout_s=30)
+            orchestrator = Orchestrator(stack.registry, router, tokenizer, SAMPLING, SETTINGS)
+            served = await asyncio.gather(*(orchestrator.play(spec) for spec in first_wave))
+            plays = [asyncio.create_task(orchestrator.play(spec)) for spec in second_wave]
+            # Mid-stage: the replica has answered turns and holds requests of the second wave when it dies.
+            while router.in_flight[dead] == 0:
+                await asyncio.sleep(0)
+            await asyncio.to_thread(stack.engines[0].service.kill)
+            results = await asyncio.gather(*plays)
+            await orchestrator.aclose()
+            return served, results, router
 
-    results, router = asyncio.run(play_all(stack, tokenizer, rollout_specs, kill_one_replica))
+    served, results, router = asyncio.run(two_waves())
 
+    assert router.requests[dead] >= 1 and any(dead in r.replicas for r in served)
     # Ids reconcile: every rollout finished exactly once, with its own samples.
-    assert sorted(r.spec.rollout_id for r in results) == sorted(s.rollout_id for s in rollout_specs)
-    sample_ids = [row["sample_id"] for r in results for row in r.rows]
+    assert sorted(r.spec.rollout_id for r in results) == sorted(s.rollout_id for s in second_wave)
+    sample_ids = [row["sample_id"] for r in served + results for row in r.rows]
     assert len(sample_ids) == len(set(sample_ids))
     assert {r.status for r in results} <= {"ok", "truncated"}
-    dead = stack.engines[0].url
     assert router.removals == 1 and dead not in router.load()
     log = caplog.text
     assert f"removed replica {dead}" in log
-    # It died holding requests (20 rollouts share 2 replicas): they were asked again on the survivor.
+    # It died holding requests: they were asked again on the survivor.
     assert router.retries >= 1 and "retrying rollout" in log
     # Nothing reached the dead replica after it was removed: later turns all went to the survivor.
     moved = [r for r in results if dead in r.replicas and r.replicas[-1] != dead]
     assert all(r.replicas[r.replicas.index(dead):].count(dead) == r.replicas.count(dead) for r in moved)
+    assert all(dead not in r.replicas for r in results if r.replicas and r.replicas[0] != dead)
 
 
 def test_a_task_service_killed_mid_episode_fails_its_rollouts_as_environment_errors(stack, tokenizer):
