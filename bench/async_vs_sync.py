@@ -60,7 +60,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="async-bench-") as tmp:
         workdir = Path(tmp)
         os.environ["POSTTRAIN_WORKDIR"] = str(workdir / "runs")
-        prepared = prepare(open_store(str(workdir / "store")), suites=["arith", "search"], sizes=SuiteSizes(200, 20),
+        prepared = prepare(open_store(str(workdir / "store")), suites=["calc", "search"], sizes=SuiteSizes(200, 20),
                            preset="glm5-tiny", seed=0, triggered_by="bench")
         store = {"root": str(workdir / "store"), "init": prepared.init_checkpoint.uri,
                  "datasets": sorted(d.uri for d in prepared.datasets.values())}

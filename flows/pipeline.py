@@ -63,7 +63,7 @@ def reasoning_rl_config(params: PipelineParams, prepared: dict, sft_checkpoint: 
 def agentic_rl_config(params: PipelineParams, prepared: dict, init_checkpoint: str) -> AgenticRlConfig:
     preset = get_preset(params.preset)
     fields = dict(preset.agentic_rl, store=params.store, seed=params.seed, data_seed=params.seed,
-                  init_checkpoint=init_checkpoint, datasets=sorted([prepared["datasets"]["arith"], prepared["datasets"]["search"]]))
+                  init_checkpoint=init_checkpoint, datasets=sorted([prepared["datasets"]["calc"], prepared["datasets"]["search"]]))
     return AgenticRlConfig(run_id=stage_run_id("agentic_rl", fields), **fields)
 
 

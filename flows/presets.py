@@ -14,7 +14,7 @@ from suites.prepare import SuiteSizes
 class PipelinePreset:
     model: str
     sizes: dict[str, SuiteSizes]  # every published suite and its split sizes
-    sft_suites: tuple[str, ...] = ("arith", "search")  # what SFT trains on; the rest feed later stages
+    sft_suites: tuple[str, ...] = ("arith", "search", "calc")  # what SFT trains on; the rest feed later stages
     sft: dict = field(default_factory=dict)  # SftConfig fields beyond the defaults
     eval: EvalSettings = field(default_factory=EvalSettings)
     reasoning_rl: dict | None = None  # ReasoningRlConfig fields beyond the defaults; None skips the stage
@@ -27,7 +27,7 @@ PIPELINE_PRESETS = {
     # A minute-long check that an installation runs every stage end to end; learns nothing useful.
     "smoke": PipelinePreset(
         model="glm5-tiny",
-        sizes={suite: SuiteSizes(train=64, test=16) for suite in ("arith", "search", "instruct", "chat")},
+        sizes={suite: SuiteSizes(train=64, test=16) for suite in ("arith", "search", "calc", "instruct", "chat")},
         sft=dict(max_steps=6, global_batch_size=8, warmup_steps=2, eval_every=3, eval_samples=8,
                  checkpoint_every=100, dsa=dict(dense_steps=2, indexer_warmup_steps=2)),
         eval=EvalSettings(limit_per_suite=8, batch_size=8, max_new_tokens=24),
@@ -46,7 +46,7 @@ PIPELINE_PRESETS = {
         # about 6,400 search samples on this model (measured on search alone), beyond the demo's budget:
         # the demo model answers "unknown" or follows the wrong company, in well-formed turns.
         sizes={"arith": SuiteSizes(train=8000, test=1000), "search": SuiteSizes(train=1500, test=200),
-               "instruct": SuiteSizes(train=1000, test=200), "chat": SuiteSizes(train=1000, test=200)},
+               "calc": SuiteSizes(train=400, test=200), "instruct": SuiteSizes(train=1000, test=200), "chat": SuiteSizes(train=1000, test=200)},
         # lr 1e-3 at batch 32 lowered held-out loss faster per second than 3e-3/5e-3 at batch 64 here.
         # Few thinking-off turns: an arith turn with thinking off states a multi-step result with no
         # working, which this model cannot learn, and its loss swamps the rest. Held-out accuracy with
@@ -74,7 +74,7 @@ PIPELINE_PRESETS = {
     "small": PipelinePreset(
         model="glm5-small",
         sizes={"arith": SuiteSizes(train=50000, test=1000), "search": SuiteSizes(train=5000, test=500),
-               "instruct": SuiteSizes(train=5000, test=500), "chat": SuiteSizes(train=5000, test=500)},
+               "calc": SuiteSizes(train=2000, test=500), "instruct": SuiteSizes(train=5000, test=500), "chat": SuiteSizes(train=5000, test=500)},
         sft=dict(max_steps=3000, global_batch_size=64, lr=1e-3, warmup_steps=100, eval_every=250,
                  checkpoint_every=500, dsa=dict(dense_steps=1500, indexer_warmup_steps=200)),
         eval=EvalSettings(limit_per_suite=1000, batch_size=128, max_new_tokens=128),

@@ -53,8 +53,11 @@ def run(config: AgenticRlConfig) -> str:
     engine = rl_training_engine(model, lr=config.lr, warmup_steps=config.warmup_steps,
                                 global_batch=config.groups_per_step * config.group_size * dist.world_size, world_size=dist.world_size,
                                 zero_stage=config.zero_stage, grad_clip=config.grad_clip)
+    start_step, history, resumed_from = checkpoints.resume_latest(
+        engine, stage.store, config.resume_prefix, workdir / "resume", dist.local_rank == 0, events)
+    # Resumed weights count as a push of their own: the first samples carry a version none before had.
+    version = -(-start_step // config.push_every)
     settings = ImportanceSettings(config.eps_low, config.eps_high)
-    history: list[dict] = []
 
     with ExitStack() as stack:
         urls = config.engine_urls or [_start(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log",
@@ -63,14 +66,16 @@ def run(config: AgenticRlConfig) -> str:
         services = stack.enter_context(TaskServices(
             config.tasks, workdir, concurrency=config.concurrency, latency_median_s=config.env_latency_median_s,
             latency_sigma=config.env_latency_sigma))
-        producer = RolloutProducer(config, tokenizer, task_rows, urls, services.registry, dist.rank)
+        weights = None
+        if start_step:  # the replicas started from the init checkpoint
+            weights = (push_weights(engine, workdir, version, dist.is_main, deliver=None), version)
+        producer = RolloutProducer(config, tokenizer, task_rows, urls, services.registry, dist.rank, start_step, weights)
         stack.callback(producer.stop)
         producer.start()
         producer.wait_ready(timeout_s=120)
 
-        version, started = 0, time.monotonic()
-        trained_samples = 0
-        for step in range(config.max_steps):
+        started, trained_samples = time.monotonic(), 0
+        for step in range(start_step, config.max_steps):
             groups, failures, stale, dropped = next_batch(producer, config, version)
             rollouts = [r for results in groups for r in results]
             staleness = collections.Counter(version - min(r.weight_versions) for r in rollouts)
@@ -119,7 +124,7 @@ def run(config: AgenticRlConfig) -> str:
                 events.emit("committed", step=step + 1, checkpoint=uri)
 
     uri = commit_rl_checkpoint(engine, tokenizer, config, stage, config.max_steps, history, config.output_name)
-    events.emit("done", checkpoint=uri, resumed_from=None, already_committed=False)
+    events.emit("done", checkpoint=uri, resumed_from=resumed_from, already_committed=False)
     return uri
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from stages.stage_inputs import StageIO
 
 # Which agent task poses a suite's rows: arithmetic becomes tool-integrated (a calculator is offered).
-TASK_OF_SUITE = {"search": "search", "arith": "calc"}
+TASK_OF_SUITE = {"search": "search", "calc": "calc"}
 
 
 class AgenticRlConfig(StageIO):

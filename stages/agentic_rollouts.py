@@ -33,9 +33,11 @@ class Group:
 
 class RolloutProducer:
     def __init__(self, config: AgenticRlConfig, tokenizer, task_rows: dict[str, list[dict]], engine_urls: list[str],
-                 registry: TaskRegistry, rank: int):
+                 registry: TaskRegistry, rank: int, start_step: int = 0, weights: tuple[str, int] | None = None):
+        """`weights` (checkpoint dir, version): what the replicas must serve before the first rollout,
+        for a resumed run whose replicas started from the init checkpoint."""
         self.config, self.tokenizer, self.task_rows, self.engine_urls = config, tokenizer, task_rows, engine_urls
-        self.registry, self.rank = registry, rank
+        self.registry, self.rank, self.weights = registry, rank, weights
         self.groups: queue.Queue[Group | None] = queue.Queue()  # None: generation failed
         self.loop = asyncio.new_event_loop()
         self.router: EngineRouter | None = None
@@ -45,7 +47,8 @@ class RolloutProducer:
         initial = config.max_in_flight_groups if config.mode == "async" else config.groups_per_step
         self._permits = asyncio.Semaphore(initial)
         self._thread = threading.Thread(target=self._run, name="rollout-producer", daemon=True)
-        self._rng = random.Random(f"agentic-rl:{config.seed}:{rank}")
+        # Seeded by the step it starts at too: a resumed run does not replay the prompts it began with.
+        self._rng = random.Random(f"agentic-rl:{config.seed}:{rank}:{start_step}")
 
     def start(self) -> None:
         """Start generating as soon as the engines answer and every task's service has registered."""
@@ -97,6 +100,9 @@ class RolloutProducer:
         episode = EpisodeSettings(config.max_turns, config.max_context, config.keep_recent, config.discard_above)
         async with EngineRouter(self.engine_urls) as router:
             self.router = router
+            if self.weights is not None:
+                checkpoint_dir, version = self.weights
+                await router.update_weights(checkpoint_dir, str(version))
             await self.registry.wait_registered(list(config.tasks), timeout_s=120)
             orchestrator = Orchestrator(self.registry, router, self.tokenizer, sampling, episode)
             self._ready.set()

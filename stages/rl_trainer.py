@@ -32,9 +32,10 @@ def rl_training_engine(model, *, lr: float, warmup_steps: int, global_batch: int
     return deepspeed_engine(model, optimizer, scheduler, global_batch, world_size, zero_stage, grad_clip)
 
 
-def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Callable[[str], None] | None) -> None:
+def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Callable[[str], None] | None) -> str:
     """Rank 0 writes the weights; `deliver(path)` (where given) makes engines load them; every rank
-    waits until all have, so nothing samples from the old weights afterwards (on-policy)."""
+    waits until all have, so nothing samples from the old weights afterwards (on-policy). Returns the
+    weights' directory, which stays until the next push."""
     pushes = workdir.parent / "push"
     target = pushes / f"v{version}"
     if is_main:
@@ -47,6 +48,7 @@ def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Ca
         for old in pushes.iterdir():
             if old != target:
                 shutil.rmtree(old)
+    return str(target)
 
 
 def commit_rl_checkpoint(engine, tokenizer, config: StageIO, stage: StageInputs, step: int, history: list[dict],

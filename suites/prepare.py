@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from data_contracts.conversation import message_record
-from suites import arith, chat, instruct, judge, search
+from suites import arith, calc, chat, instruct, judge, search
 from model.thinking import CHAT_THINKING_MODE, DEFAULT_THINKING_MIX, apply_thinking_mode, assign_modes
 
 
@@ -64,6 +64,13 @@ def _arith_examples(split: str, count: int, seed: int) -> list[Example]:
     ]
 
 
+def _calc_examples(split: str, count: int, seed: int) -> list[Example]:
+    return [
+        Example(e.id, tuple(e.messages()), str(e.answer), {"level": e.level, "expression": e.expression}, calc.TOOLS)
+        for e in calc.generate(count, split_seed(seed, split))
+    ]
+
+
 def _search_examples(split: str, count: int, seed: int) -> list[Example]:
     # The graph seed lets an RL environment rebuild the graph the episode's tools answer from.
     graph_seed = split_seed(seed, split)
@@ -110,6 +117,7 @@ def _chat_pairs(split: str, count: int, seed: int) -> list[Pair]:
 SUITES: dict[str, Callable[[str, int, int], list[Example]]] = {
     "arith": _arith_examples,
     "search": _search_examples,
+    "calc": _calc_examples,
     "instruct": _instruct_examples,
     "chat": _chat_examples,
 }

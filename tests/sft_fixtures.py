@@ -17,7 +17,7 @@ from suites.prepare import SuiteSizes
 @pytest.fixture(scope="session")
 def small_store(tmp_path_factory):
     root = tmp_path_factory.mktemp("sft-store")
-    prepared = prepare(open_store(str(root / "store")), suites=["arith", "search"], sizes=SuiteSizes(96, 16),
+    prepared = prepare(open_store(str(root / "store")), suites=["arith", "search", "calc"], sizes=SuiteSizes(96, 16),
                        preset="glm5-tiny", seed=0, triggered_by="tests")
     return {"root": str(root / "store"), "init": prepared.init_checkpoint.uri,
             "datasets": sorted(d.uri for d in prepared.datasets.values())}

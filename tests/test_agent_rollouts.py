@@ -29,11 +29,11 @@ def task_rows(suite, count):
 
 
 def specs(count, prefix=""):
-    search, arith = task_rows("search", count), task_rows("arith", count)
+    search, calc = task_rows("search", count), task_rows("calc", count)
     out = []
     for i in range(count):
         out.append(RolloutSpec(f"{prefix}s{i}", f"{prefix}gs{i // 2}", "search", search[i]))
-        out.append(RolloutSpec(f"{prefix}c{i}", f"{prefix}gc{i // 2}", "calc", arith[i]))
+        out.append(RolloutSpec(f"{prefix}c{i}", f"{prefix}gc{i // 2}", "calc", calc[i]))
     return out
 
 

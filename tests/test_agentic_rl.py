@@ -1,5 +1,10 @@
 """The agentic RL job end to end on the tiny model: engine replicas, task services, async training."""
 
+import os
+import signal
+import subprocess
+import sys
+
 from infra.launch import LocalLauncher
 from infra.store import open_store
 from stages.agentic_rl_config import AgenticRlConfig
@@ -42,3 +47,31 @@ def test_async_steps_train_on_finished_groups_and_push_weights_to_every_replica(
     lineage = open_store(small_store["root"]).open(config.output_name).lineage()
     assert done["checkpoint"].endswith(config.output_name) and lineage["parents"][0]["uri"] == small_store["init"]
     assert lineage["config"]["tasks"] == {"search": 1.0, "calc": 1.0}
+
+
+def test_sigkill_then_rerun_resumes_from_the_last_committed_step_with_its_weights_on_the_replicas(small_store, tmp_path):
+    config = agentic_config(small_store, "agentic-killed", max_steps=4, checkpoint_every=2)
+    path = tmp_path / "run.json"
+    path.write_text(config.model_dump_json())
+    env = LocalLauncher(nproc=1, threads_per_proc=1).environment()
+    # Its own session, so the kill takes the engine replicas and task services down with the trainer.
+    process = subprocess.Popen([sys.executable, "-m", "stages.agentic_rl", "--config", str(path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path, start_new_session=True)
+    for line in process.stdout:  # the step-2 commit is made; kill on the way to the next
+        event = parse_event(line)
+        if event and event["event"] == "step" and event["step"] == 3:
+            os.killpg(process.pid, signal.SIGKILL)
+            break
+    process.wait()
+    store = open_store(small_store["root"])
+    assert store.list_committed(config.resume_prefix) == [config.resume_prefix + "step-000002"]
+    assert not store.is_committed(config.output_name)
+
+    events = run_job(config, tmp_path)
+    assert next(e for e in events if e["event"] == "resumed")["step"] == 2
+    steps = [e for e in events if e["event"] == "step"]
+    assert [s["step"] for s in steps] == [3, 4] and [s["weight_version"] for s in steps] == [3, 4]
+    # The replicas served the resumed weights (version 2) from the first rollout: nothing older was trained on.
+    assert set(steps[0]["staleness"]) == {"0"}
+    done = next(e for e in events if e["event"] == "done")
+    assert done["resumed_from"].endswith("step-000002") and store.is_committed(config.output_name)

@@ -9,6 +9,8 @@ import pytest
 from data_contracts import CHAT_V1, PREFERENCE_V1, PROMPT_V1, write_parquet
 from data_contracts.conversation import messages_from_records
 from model.renderer import render
+from model.tool_calls import ToolCall
+from rollout.envs.tasks import CalcTask, Episode
 from suites import chat, instruct, judge, search
 from suites.chat_topics import ANCHORS
 from suites.prepare import (
@@ -98,6 +100,23 @@ def test_arith_answers_are_correct(produced):
         question, reply = row["messages"][0]["content"], row["messages"][-1]["content"]
         expression = re.fullmatch(r"Compute (.+)\.", question).group(1)
         assert reply == f"The answer is {evaluate(expression)}."
+
+
+def test_calc_episodes_show_what_the_sandboxed_calculator_answers(produced):
+    rows = produced[("chat", "calc")]["train"][:12] + produced[("chat", "calc")]["test"][:12]
+    for row in rows:
+        messages = messages_from_records(row["messages"])
+        call = ToolCall(**messages[1]["tool_calls"][0])
+        # The recorded tool turn is exactly what the calc environment's sandbox prints for the call.
+        assert messages[2]["content"] == CalcTask().execute(call, Episode("", {}))
+        assert messages[-1]["content"] == f"The answer is {messages[2]['content']}." == f"The answer is {row_answer(produced, row)}."
+    questions = {row["messages"][0]["content"] for row in produced[("chat", "arith")]["train"]}
+    assert not questions & {row["messages"][0]["content"] for row in rows}  # calc reads differently from arith
+
+
+def row_answer(produced, row) -> str:
+    split = row["split"]
+    return next(p["reference_answer"] for p in produced[("prompt", "calc")][split] if p["id"] == row["id"])
 
 
 def test_search_answers_follow_from_the_graph(produced):

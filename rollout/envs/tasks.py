@@ -18,17 +18,8 @@ from rollout.envs.sandbox import SandboxLimits, calculate
 from stages.evaluation.answers import stated_answer, stated_integer
 from stages.evaluation.search_episodes import execute as execute_search
 from stages.evaluation.turns import score_turn
+from suites.calc import TOOLS as CALC_TOOLS
 from suites.search import TOOLS as SEARCH_TOOLS, KnowledgeGraph, build_graph
-
-CALC_TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "calculate",
-        "description": "Evaluate an integer arithmetic expression (+ - * // % ** and parentheses).",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                       "required": ["expression"]},
-    },
-}]
 
 
 @dataclass
