@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+import re
 from collections.abc import Sequence
 
 from rewards.protocol import RewardSample
@@ -40,3 +42,50 @@ class FormatValid:
     def __call__(self, samples: Sequence[RewardSample]) -> list[float | None]:
         return [float(score_turn(s.response, thinking=bool(s.metadata.get("thinking", True))).format_valid)
                 for s in samples]
+
+
+ARITH_QUESTION = re.compile(r"Compute (.+)\.")
+OPERATIONS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+def reference_steps(expression: str) -> list[str]:
+    """The worked steps of a left-nested arith expression ("((5 + 3) * 2) - 4"), as the suite writes them."""
+    terms = expression.replace("(", "").replace(")", "").split()
+    value, steps = int(terms[0]), []
+    for symbol, operand in zip(terms[1::2], terms[2::2]):
+        result = OPERATIONS[symbol](value, int(operand))
+        steps.append(f"{value} {symbol} {operand} = {result}")
+        value = result
+    return steps
+
+
+class ArithStepPrefix:
+    """The fraction of the problem's steps the reasoning gets right before its first mistake.
+
+    A process reward checked by rule: the reasoning's lines are compared, in order, with the worked
+    steps of the question's expression; the score is the length of the matching prefix over the
+    number of steps. Partial credit separates the samples of a group that all miss the final answer,
+    so hard prompts still carry signal. Skipping or reordering steps earns nothing past the first
+    mismatch. A malformed turn scores 0; a prompt that is not an arith question cannot be scored: None.
+    """
+
+    name = "arith_step_prefix"
+    version = "1"
+
+    def __call__(self, samples: Sequence[RewardSample]) -> list[float | None]:
+        scores: list[float | None] = []
+        for sample in samples:
+            question = ARITH_QUESTION.fullmatch(sample.prompt[-1]["content"]) if sample.prompt else None
+            if question is None:
+                scores.append(None)
+                continue
+            expected = reference_steps(question.group(1))
+            turn = score_turn(sample.response, thinking=True)
+            written = turn.parsed.reasoning.strip().split("\n") if turn.format_valid and turn.parsed.reasoning else []
+            matched = 0
+            for line, step in zip(written, expected):
+                if line.strip() != step:
+                    break
+                matched += 1
+            scores.append(matched / len(expected))
+        return scores

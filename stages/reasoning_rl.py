@@ -48,7 +48,7 @@ def run(config: ReasoningRlConfig) -> str:
 
     engine = rl_training_engine(model, lr=config.lr, warmup_steps=config.warmup_steps,
                                 global_batch=config.prompts_per_step * config.group_size, world_size=dist.world_size,
-                                zero_stage=config.zero_stage, grad_clip=config.grad_clip)
+                                zero_stage=config.zero_stage, grad_clip=config.grad_clip, frozen=config.frozen)
     start_step, history, resumed_from = checkpoints.resume_latest(
         engine, stage.store, config.resume_prefix, workdir / "resume", dist.local_rank == 0, events
     )

@@ -32,6 +32,8 @@ class ReasoningRlConfig(StageIO):
     lr: float = Field(5e-5, gt=0)
     warmup_steps: int = Field(5, ge=0)
     grad_clip: float = Field(1.0, gt=0)
+    frozen: list[str] = Field(default_factory=list, description="globs of parameter names RL leaves as they are, "
+                                                                 "e.g. '*.mlp.gate.weight' (the MoE routers)")
     zero_stage: Literal[0, 1, 2] = 0
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)

@@ -4,6 +4,7 @@ rollout engines, and commit checkpoints."""
 from __future__ import annotations
 
 import shutil
+from fnmatch import fnmatch
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -19,17 +20,29 @@ from stages.stage_inputs import StageInputs, StageIO
 
 
 def rl_training_engine(model, *, lr: float, warmup_steps: int, global_batch: int, world_size: int, zero_stage: int,
-                       grad_clip: float):
+                       grad_clip: float, frozen: Sequence[str] = ()):
     """A DeepSpeed engine over the causal LM with sparse attention on and the DSA indexer frozen
-    (trained during SFT; RL must not move which keys a query selects); linear warm-up, then constant lr."""
+    (trained during SFT; RL must not move which keys a query selects), and any parameter whose name
+    matches a `frozen` glob; linear warm-up, then constant lr."""
     for indexer in install_dsa_indexers(model):
         indexer.requires_grad_(False)
+    freeze_matching(model, frozen)
     set_dense_attention(model, dense=False)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     warmup = max(warmup_steps, 1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
     return deepspeed_engine(model, optimizer, scheduler, global_batch, world_size, zero_stage, grad_clip)
+
+
+def freeze_matching(model, patterns: Sequence[str]) -> None:
+    names = [name for name, _ in model.named_parameters()]
+    for pattern in patterns:
+        if not any(fnmatch(name, pattern) for name in names):
+            raise ValueError(f"frozen: {pattern!r} matches no parameter of the model (e.g. {names[-1]!r})")
+    for name, parameter in model.named_parameters():
+        if any(fnmatch(name, pattern) for pattern in patterns):
+            parameter.requires_grad_(False)
 
 
 def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Callable[[str], None] | None) -> str:

@@ -1,9 +1,15 @@
 """The reasoning RL job end to end on the tiny model: a real engine process, DeepSpeed, the store."""
 
+from pathlib import Path
+
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from infra.launch import LocalLauncher, StageFailed
 from infra.store import open_store
+from model.presets import build_model
+from stages.rl_trainer import freeze_matching
 from stages.events import parse_event
 from stages.reasoning_rl_config import ReasoningRlConfig
 
@@ -49,7 +55,7 @@ def run_job(config, tmp_path):
 def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_lineage(small_store, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rewards = [{"path": "tests.test_reasoning_rl:ShortReplies"}, {"path": "rewards.verifiers.ArithExactMatch", "weight": 2.0}]
-    config = rl_config(small_store, "rl-steps", rewards=rewards)
+    config = rl_config(small_store, "rl-steps", rewards=rewards, frozen=["*.mlp.gate.weight"])
     events, _ = run_job(config, tmp_path)
 
     steps = [e for e in events if e["event"] == "step"]
@@ -70,6 +76,22 @@ def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_line
     assert done["checkpoint"].endswith(config.output_name) and paths == [r["path"] for r in rewards]
     assert all(len(ref["source_sha256"]) == 64 for ref in lineage["reward_modules"])
     assert lineage["parents"][0]["uri"] == small_store["init"]
+    # The MoE routers stayed as they were (`frozen`); the rest of the model trained.
+    store = open_store(small_store["root"])
+    before = load_file(Path(store.open(small_store["init"]).download(tmp_path / "init")) / "model.safetensors")
+    after = load_file(Path(store.open(config.output_name).download(tmp_path / "out")) / "model.safetensors")
+    routers = [name for name in before if name.endswith(".mlp.gate.weight")]
+    assert routers and all(torch.equal(before[name], after[name]) for name in routers)
+    assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+
+
+def test_a_frozen_glob_that_matches_nothing_is_refused_naming_it(tokenizer):
+    model = build_model("glm5-tiny", tokenizer, seed=0)
+    with pytest.raises(ValueError, match=r"'\*\.router\.weight' matches no parameter"):
+        freeze_matching(model, ["*.mlp.gate.weight", "*.router.weight"])
+    freeze_matching(model, ["*.mlp.gate.weight"])
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    assert frozen and all(name.endswith(".mlp.gate.weight") for name in frozen)
 
 
 def test_a_reward_module_returning_nan_fails_the_stage_naming_it(small_store, tmp_path, monkeypatch):

@@ -9,7 +9,8 @@ import pytest
 
 import rewards.verifiers
 from rewards import RewardModuleError, RewardSample, load_reward_module, reward_module_ref, score_batch
-from rewards.verifiers import ArithExactMatch, FormatValid
+from rewards.verifiers import ArithExactMatch, ArithStepPrefix, FormatValid, reference_steps
+from suites import arith
 
 PROMPT = ({"role": "user", "content": "Compute 2 + 3 * 4."},)
 
@@ -54,6 +55,26 @@ def test_arith_exact_match_needs_a_well_formed_turn_stating_the_reference():
     ])
     assert scores == [1.0, 0.0, 0.0, 0.0, None]
     assert FormatValid()([sample(good), sample(good.removesuffix("<|user|>"))]) == [1.0, 0.0]
+
+
+def test_step_prefix_credits_the_worked_steps_up_to_the_first_mistake():
+    question = ({"role": "user", "content": "Compute ((5 + 3) * 2) - 4."},)
+
+    def scored(reasoning, stop="<|user|>"):
+        return ArithStepPrefix()([RewardSample(question, f"{reasoning}</think>The answer is 12.{stop}")])[0]
+
+    assert scored("5 + 3 = 8\n8 * 2 = 16\n16 - 4 = 12") == 1.0
+    assert scored("5 + 3 = 8\n8 * 2 = 15\n15 - 4 = 11") == pytest.approx(1 / 3)
+    assert scored("5 + 3 = 9\n9 * 2 = 18\n16 - 4 = 12") == 0.0  # right later steps after a wrong one earn nothing
+    assert scored("8 * 2 = 16\n16 - 4 = 12") == 0.0  # a skipped step
+    assert scored("5 + 3 = 8\n8 * 2 = 16\n16 - 4 = 12", stop="") == 0.0  # never stopped
+    not_arith = RewardSample(({"role": "user", "content": "Hi."},), "x</think>y<|user|>")
+    assert ArithStepPrefix()([not_arith]) == [None]
+
+
+def test_reference_steps_are_the_suites_own_worked_steps():
+    for problem in arith.generate(40, seed=11):
+        assert reference_steps(problem.expression) == list(problem.steps)
 
 
 def test_modules_load_by_dotted_path_in_either_spelling():
