@@ -1,17 +1,17 @@
-"""`calc`: arith problems solved with a calculator tool — tool-integrated reasoning.
+"""`calc`: arithmetic the model cannot do in its head, solved with a calculator tool.
 
-The assistant passes the whole expression to `calculate` and states what the tool returned. The
-questions are `arith`'s at levels 2-4 (level 1 is all but exhausted by arith's training split), asked
-so that they read differently from arith's: the model learns when to reach for the tool from the
-question, not only from the tool list in the system prompt.
+Operands have two digits, so the products and sums are beyond what the demo model computes (arith's
+single-digit steps are); the assistant passes the expression to `calculate` and states what the tool
+returned. The skill is tool use itself: copying the expression into the call and the result into the
+reply. The questions read differently from arith's, so the model learns when to reach for the tool
+from the question, not only from the tool list in the system prompt.
 """
 
 from __future__ import annotations
 
+import operator
 import random
 from dataclasses import dataclass
-
-from suites.arith import make_problem
 
 TOOLS = [{
     "type": "function",
@@ -22,7 +22,9 @@ TOOLS = [{
                        "required": ["expression"]},
     },
 }]
-LEVELS = (2, 3, 4)
+LEVELS = (1, 2)  # operations per expression
+OPERANDS = (10, 99)
+OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,17 @@ class CalcEpisode:
         ]
 
 
+def make_episode(rng: random.Random, level: int, episode_id: str) -> CalcEpisode:
+    value = rng.randint(*OPERANDS)
+    expression = str(value)
+    for step in range(level):
+        symbol, operand = rng.choice(sorted(OPERATORS)), rng.randint(*OPERANDS)
+        value = OPERATORS[symbol](value, operand)
+        # Parenthesised so the written expression evaluates in the order it was built.
+        expression = f"({expression} {symbol} {operand})" if step < level - 1 else f"{expression} {symbol} {operand}"
+    return CalcEpisode(episode_id, level, expression, value)
+
+
 def generate(count: int, seed: int) -> list[CalcEpisode]:
     rng = random.Random(f"calc:{seed}")
-    episodes = []
-    for i in range(count):
-        problem = make_problem(rng, LEVELS[i % len(LEVELS)], f"calc-{seed}-{i}")
-        episodes.append(CalcEpisode(problem.id, problem.level, problem.expression, problem.answer))
-    return episodes
+    return [make_episode(rng, LEVELS[i % len(LEVELS)], f"calc-{seed}-{i}") for i in range(count)]
