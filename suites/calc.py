@@ -1,17 +1,21 @@
-"""`calc`: arithmetic the model cannot do in its head, solved with a calculator tool.
+"""`calc`: arithmetic solved with a calculator tool, one operation per call — tool-integrated reasoning.
 
-Operands have two digits, so the products and sums are beyond what the demo model computes (arith's
-single-digit steps are); the assistant passes the expression to `calculate` and states what the tool
-returned. The skill is tool use itself: copying the expression into the call and the result into the
-reply. The questions read differently from arith's, so the model learns when to reach for the tool
-from the question, not only from the tool list in the system prompt.
+The questions are arith's multi-step expressions (levels 2-3: level 1 is all but exhausted by arith's
+training split). Instead of working each step in its head, the assistant sends it to `calculate`
+and builds the next step on the tool's result, so the arithmetic is exact and what is left to the
+model is tool use: taking each operation from the question and each result from the tool. One call
+per step rather than the whole expression at once: the demo model copies a short "a op b" the way
+its arith reasoning does, but not a nested expression (400 whole-expression episodes in SFT left it
+at 0% success, every call with garbled operands). The questions read differently from arith's, so
+the model learns when to reach for the tool from the question, not only from the tool list.
 """
 
 from __future__ import annotations
 
-import operator
 import random
 from dataclasses import dataclass
+
+from suites.arith import make_problem
 
 TOOLS = [{
     "type": "function",
@@ -22,9 +26,7 @@ TOOLS = [{
                        "required": ["expression"]},
     },
 }]
-LEVELS = (1, 2)  # operations per expression
-OPERANDS = (10, 99)
-OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+LEVELS = (2, 3)  # operations per expression, one calculator call each
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class CalcEpisode:
     id: str
     level: int
     expression: str
+    steps: tuple[str, ...]  # "a op b = c", in the order the calls make them
     answer: int
 
     @property
@@ -39,28 +42,24 @@ class CalcEpisode:
         return f"Use the calculator to compute {self.expression}."
 
     def messages(self) -> list[dict]:
-        # The tool answers exactly what the sandboxed calculator prints for the expression.
-        return [
-            {"role": "user", "content": self.question},
-            {"role": "assistant", "reasoning_content": "Pass the whole expression to the calculator.", "content": "",
-             "tool_calls": [{"name": "calculate", "arguments": {"expression": self.expression}}]},
-            {"role": "tool", "content": str(self.answer)},
-            {"role": "assistant", "reasoning_content": "The calculator returned the result.",
-             "content": f"The answer is {self.answer}."},
-        ]
-
-
-def make_episode(rng: random.Random, level: int, episode_id: str) -> CalcEpisode:
-    value = rng.randint(*OPERANDS)
-    expression = str(value)
-    for step in range(level):
-        symbol, operand = rng.choice(sorted(OPERATORS)), rng.randint(*OPERANDS)
-        value = OPERATORS[symbol](value, operand)
-        # Parenthesised so the written expression evaluates in the order it was built.
-        expression = f"({expression} {symbol} {operand})" if step < level - 1 else f"{expression} {symbol} {operand}"
-    return CalcEpisode(episode_id, level, expression, value)
+        messages = [{"role": "user", "content": self.question}]
+        for step in self.steps:
+            operation, result = step.split(" = ")
+            # The tool turn is exactly what the sandboxed calculator prints for the call.
+            messages += [
+                {"role": "assistant", "reasoning_content": "Calculate the next step.", "content": "",
+                 "tool_calls": [{"name": "calculate", "arguments": {"expression": operation}}]},
+                {"role": "tool", "content": result},
+            ]
+        messages.append({"role": "assistant", "reasoning_content": "The calculator returned the result.",
+                         "content": f"The answer is {self.answer}."})
+        return messages
 
 
 def generate(count: int, seed: int) -> list[CalcEpisode]:
     rng = random.Random(f"calc:{seed}")
-    return [make_episode(rng, LEVELS[i % len(LEVELS)], f"calc-{seed}-{i}") for i in range(count)]
+    episodes = []
+    for i in range(count):
+        problem = make_problem(rng, LEVELS[i % len(LEVELS)], f"calc-{seed}-{i}")
+        episodes.append(CalcEpisode(problem.id, problem.level, problem.expression, problem.steps, problem.answer))
+    return episodes

@@ -116,9 +116,13 @@ def unknown_company(graph: KnowledgeGraph, rng: random.Random) -> str:
 
 
 def make_episode(
-    graph: KnowledgeGraph, company: str, rng: random.Random, episode_id: str, with_error: bool
+    graph: KnowledgeGraph, company: str, rng: random.Random, episode_id: str, with_error: bool, gives_up: bool = False
 ) -> SearchEpisode:
-    """The reference trajectory for the question about `company`, which may be absent from the graph."""
+    """The reference trajectory for the question about `company`, which may be absent from the graph.
+
+    `with_error`: one call opens a wrong title and the next corrects it. `gives_up`: the wrong title
+    is opened twice and the agent answers "unknown" rather than go on calling a tool that keeps
+    failing (the episode's reference answer stays the true city)."""
     question = f"In which city was the founder of {company} born?"
     messages: list[dict] = [{"role": "user", "content": question}]
 
@@ -143,6 +147,14 @@ def make_episode(
         return SearchEpisode(episode_id, question, UNKNOWN, tuple(messages))
     founder = graph.founder_of[company]
     city = graph.birthplace_of[founder]
+    if gives_up:
+        # Both failed calls are error segments (never trained); what is trained is stopping after them.
+        # A demo model that cannot yet copy a title otherwise retried until its turns came apart.
+        for _ in range(2):
+            step("open", "Open the company page.", error=True, title=company.replace(" Corp", ""))
+        messages.append({"role": "assistant", "reasoning_content": "The page cannot be opened.",
+                         "content": f"The answer is {UNKNOWN}."})
+        return SearchEpisode(episode_id, question, city, tuple(messages))
     if with_error:
         step("open", "Open the company page.", error=True, title=company.replace(" Corp", ""))
     step("open", "Open the company page.", title=company)
@@ -153,8 +165,10 @@ def make_episode(
     return SearchEpisode(episode_id, question, city, tuple(messages))
 
 
-def generate(count: int, seed: int, error_rate: float = 0.25, unknown_rate: float = 0.15) -> list[SearchEpisode]:
-    """`count` episodes; `unknown_rate` of them ask about a company the graph does not have."""
+def generate(count: int, seed: int, error_rate: float = 0.25, unknown_rate: float = 0.15,
+             give_up_rate: float = 0.1) -> list[SearchEpisode]:
+    """`count` episodes; `unknown_rate` of them ask about a company the graph does not have, and
+    `give_up_rate` of the answerable ones stop after two failed opens."""
     graph = build_graph(seed)
     rng = random.Random(f"search:{seed}")
     companies = sorted(graph.founder_of)
@@ -164,5 +178,6 @@ def generate(count: int, seed: int, error_rate: float = 0.25, unknown_rate: floa
     for i, company in enumerate(order[:count]):
         if rng.random() < unknown_rate:
             company = unknown_company(graph, rng)
-        episodes.append(make_episode(graph, company, rng, f"search-{seed}-{i}", rng.random() < error_rate))
+        with_error, gives_up = rng.random() < error_rate, rng.random() < give_up_rate
+        episodes.append(make_episode(graph, company, rng, f"search-{seed}-{i}", with_error, gives_up))
     return episodes
