@@ -71,7 +71,9 @@ PIPELINE_PRESETS = {
                           max_new_tokens=64, rewards=[{"path": "rewards.verifiers.ArithExactMatch"},
                                                       {"path": "rewards.verifiers.ArithStepPrefix", "weight": 0.5}]),
         rl_eval=SampledEvalSettings(prompts=1000, samples_per_prompt=4, max_new_tokens=64),
-        agentic_rl=dict(max_steps=16, group_size=4, groups_per_step=8, max_in_flight_groups=16, replicas=2,
+        # 10 steps keep the stage (training and both evaluations) near 3 minutes: calc's multi-turn
+        # episodes made 16 steps a 167 s training job.
+        agentic_rl=dict(max_steps=10, group_size=4, groups_per_step=8, max_in_flight_groups=16, replicas=2,
                         lr=5e-5, warmup_steps=2, max_new_tokens=64, max_turns=6),
         agentic_eval=AgenticEvalSettings(episodes_per_task=100),
     ),
