@@ -163,6 +163,12 @@ def test_a_task_service_killed_mid_episode_fails_its_rollouts_as_environment_err
 
 def test_task_shares_and_concurrency_change_while_running(stack, tokenizer):
     registry = stack.registry
+
+    async def both_registered():  # services register as they come up; shares apply to registered tasks
+        registry.bind(asyncio.get_running_loop())
+        await registry.wait_registered(list(stack.services), timeout_s=30)
+
+    asyncio.run(both_registered())
     registry.update("calc", share=3.0)
     assert [registry.next_task() for _ in range(8)].count("calc") == 6
     registry.update("calc", share=1.0)
