@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Sequence
 
 from rewards.protocol import RewardSample
 from stages.evaluation.answers import stated_integer
 from stages.evaluation.turns import score_turn
+from suites.arith import worked_steps
 
 
 class ArithExactMatch:
@@ -45,18 +45,6 @@ class FormatValid:
 
 
 ARITH_QUESTION = re.compile(r"Compute (.+)\.")
-OPERATIONS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
-
-
-def reference_steps(expression: str) -> list[str]:
-    """The worked steps of a left-nested arith expression ("((5 + 3) * 2) - 4"), as the suite writes them."""
-    terms = expression.replace("(", "").replace(")", "").split()
-    value, steps = int(terms[0]), []
-    for symbol, operand in zip(terms[1::2], terms[2::2]):
-        result = OPERATIONS[symbol](value, int(operand))
-        steps.append(f"{value} {symbol} {operand} = {result}")
-        value = result
-    return steps
 
 
 class ArithStepPrefix:
@@ -79,7 +67,7 @@ class ArithStepPrefix:
             if question is None:
                 scores.append(None)
                 continue
-            expected = reference_steps(question.group(1))
+            expected = worked_steps(question.group(1))
             turn = score_turn(sample.response, thinking=True)
             written = turn.parsed.reasoning.strip().split("\n") if turn.format_valid and turn.parsed.reasoning else []
             matched = 0

@@ -59,6 +59,17 @@ def make_problem(rng: random.Random, level: int, problem_id: str) -> ArithProble
     return ArithProblem(problem_id, level, expression, tuple(steps), value)
 
 
+def worked_steps(expression: str) -> list[str]:
+    """The steps `make_problem` wrote for its left-nested expression ("((5 + 3) * 2) - 4")."""
+    terms = expression.replace("(", "").replace(")", "").split()
+    value, steps = int(terms[0]), []
+    for op, operand in zip(terms[1::2], terms[2::2]):
+        result = _apply(value, op, int(operand))
+        steps.append(f"{value} {op} {operand} = {result}")
+        value = result
+    return steps
+
+
 def generate(count: int, seed: int, levels: tuple[int, ...] = (1, 2, 3, 4)) -> list[ArithProblem]:
     rng = random.Random(f"arith:{seed}")
     return [make_problem(rng, levels[i % len(levels)], f"arith-{seed}-{i}") for i in range(count)]

@@ -9,7 +9,7 @@ import pytest
 
 import rewards.verifiers
 from rewards import RewardModuleError, RewardSample, load_reward_module, reward_module_ref, score_batch
-from rewards.verifiers import ArithExactMatch, ArithStepPrefix, FormatValid, reference_steps
+from rewards.verifiers import ArithExactMatch, ArithStepPrefix, FormatValid
 from suites import arith
 
 PROMPT = ({"role": "user", "content": "Compute 2 + 3 * 4."},)
@@ -74,7 +74,7 @@ def test_step_prefix_credits_the_worked_steps_up_to_the_first_mistake():
 
 def test_reference_steps_are_the_suites_own_worked_steps():
     for problem in arith.generate(40, seed=11):
-        assert reference_steps(problem.expression) == list(problem.steps)
+        assert arith.worked_steps(problem.expression) == list(problem.steps)
 
 
 def test_modules_load_by_dotted_path_in_either_spelling():
