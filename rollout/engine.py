@@ -156,8 +156,20 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         keep_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) < params.top_p
         keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
         probs = probs.masked_fill(~keep, 0.0)
-    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    tokens = draw(probs, generator)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def draw(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One index per row, with probability proportional to the row's non-negative weights.
+
+    Inverse-CDF sampling: one uniform number per row. torch.multinomial draws an exponential number
+    per vocabulary entry instead, which took a quarter of the engine's decode time on CPU.
+    """
+    cdf = weights.double().cumsum(dim=-1)
+    targets = torch.rand((weights.shape[0], 1), generator=generator, dtype=torch.float64) * cdf[:, -1:]
+    # right=True picks the first entry whose cumulative weight exceeds the target: never a zero weight.
+    return torch.searchsorted(cdf, targets, right=True).squeeze(-1).clamp(max=weights.shape[-1] - 1)
 
 
 def _prompt_logprobs(logits: torch.Tensor, ids: torch.Tensor, prompts: list[list[int]], start: int) -> list[list[float | None]]:
