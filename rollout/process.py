@@ -24,6 +24,11 @@ class ServiceProcess:
         self.url = ""
 
     def start(self) -> str:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Spawn the process without waiting for it: several can then import and load side by side."""
         port = free_port(self.host)
         self.url = f"http://{self.host}:{port}"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,7 +37,11 @@ class ServiceProcess:
                 [sys.executable, "-m", self.module, *self.args, "--host", self.host, "--port", str(port)],
                 stdout=log, stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + self.startup_timeout_s
+        self._deadline = time.monotonic() + self.startup_timeout_s
+
+    def wait_ready(self) -> str:
+        """The launched process's URL once it answers `GET /health`; stopped and named if it never does."""
+        deadline = self._deadline
         while True:
             try:
                 requests.get(f"{self.url}/health", timeout=5).raise_for_status()
@@ -74,6 +83,12 @@ class EngineProcess:
 
     def start(self) -> EngineClient:
         return EngineClient(self.service.start())
+
+    def launch(self) -> None:
+        self.service.launch()
+
+    def wait_ready(self) -> EngineClient:
+        return EngineClient(self.service.wait_ready())
 
     def stop(self) -> None:
         self.service.stop()

@@ -40,7 +40,9 @@ class TaskServices:
                 service = EnvServiceProcess(task, self.workdir / f"{task}-service.log", orchestrator=self.url,
                                             latency_median_s=self.latency_median_s, latency_sigma=self.latency_sigma)
                 self.services[task] = service
-                service.start()
+                service.launch()
+            for service in self.services.values():
+                service.wait_ready()
         return self
 
     def stop(self) -> None:

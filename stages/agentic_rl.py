@@ -60,12 +60,14 @@ def run(config: AgenticRlConfig) -> str:
     settings = ImportanceSettings(config.eps_low, config.eps_high)
 
     with ExitStack() as stack:
-        urls = config.engine_urls or [_start(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log",
-                                                                  seed=config.seed * 100 + i)).url
-                                      for i in range(config.replicas)]
-        services = stack.enter_context(TaskServices(
+        replicas = [] if config.engine_urls else [
+            _launch(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log", seed=config.seed * 100 + i))
+            for i in range(config.replicas)
+        ]
+        services = stack.enter_context(TaskServices(  # starts while the replicas load
             config.tasks, workdir, concurrency=config.concurrency, latency_median_s=config.env_latency_median_s,
             latency_sigma=config.env_latency_sigma))
+        urls = config.engine_urls or [replica.wait_ready().base_url for replica in replicas]
         weights = None
         if start_step:  # the replicas started from the init checkpoint
             weights = (push_weights(engine, workdir, version, dist.is_main, deliver=None), version)
@@ -128,9 +130,9 @@ def run(config: AgenticRlConfig) -> str:
     return uri
 
 
-def _start(stack: ExitStack, process):
-    process.start()
+def _launch(stack: ExitStack, process: EngineProcess) -> EngineProcess:
     stack.callback(process.stop)
+    process.launch()
     return process
 
 

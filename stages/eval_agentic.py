@@ -8,6 +8,7 @@ verdict; an episode whose environment failed is counted apart, never as a model 
 from __future__ import annotations
 
 import asyncio
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,9 +52,12 @@ def evaluate_agentic(store: ArtifactStore, checkpoint_uri: str, dataset_uris: li
         rows = agent_task_rows(load_split(datasets, "test", workdir / "data"), tasks, settings.seed)
         specs = [RolloutSpec(f"eval-{task}-{i}", f"eval-{task}-{i}", task, row)
                  for task in sorted(tasks) for i, row in enumerate(rows[task][: settings.episodes_per_task])]
-        with EngineProcess(checkpoint.uri, workdir / "engine.log", seed=settings.seed) as engine, \
-                TaskServices({task: 1.0 for task in tasks}, workdir) as services:
-            results = asyncio.run(_play(specs, engine.base_url, services, tokenizer, settings))
+        engine = EngineProcess(checkpoint.uri, workdir / "engine.log", seed=settings.seed)
+        with ExitStack() as stack:
+            stack.callback(engine.stop)
+            engine.launch()
+            services = stack.enter_context(TaskServices({task: 1.0 for task in tasks}, workdir))  # while it loads
+            results = asyncio.run(_play(specs, engine.wait_ready().base_url, services, tokenizer, settings))
         metrics = success_metrics(results, tasks)
         created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         eval_rows = [{"checkpoint_uri": checkpoint.uri, "suite": name.split("/")[0] if "/" in name else "all",

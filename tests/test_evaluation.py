@@ -8,7 +8,11 @@ from data_contracts.conversation import messages_from_records
 from model import special_tokens as st
 from model.presets import build_model
 from model.renderer import tool_call_text
-from stages.evaluation import Prompt, eval_rows, evaluate, evaluate_with, greedy_generator, split_graph
+from stages.evaluation.evaluate import evaluate, evaluate_with
+from stages.evaluation.generation import greedy_generator
+from stages.evaluation.prompts import Prompt
+from stages.evaluation.report import eval_rows
+from stages.evaluation.search_episodes import split_graph
 from stages.evaluation.arith_accuracy import score_arith
 from stages.evaluation.search_episodes import matches_graph
 from stages.evaluation.turns import score_turn

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from stages.evaluation.answers import stated_integer
-from stages.evaluation.generation import GenerateTurns, Prompt
+from stages.evaluation.prompts import GenerateTurns, Prompt
 from stages.evaluation.references import prompt_messages, reference_answer, row_tools
 from stages.evaluation.turns import TurnScore, score_turn
 

@@ -8,7 +8,8 @@ from functools import partial
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from stages.evaluation.arith_accuracy import run_arith
-from stages.evaluation.generation import GenerateTurns, greedy_generator
+from stages.evaluation.generation import greedy_generator
+from stages.evaluation.prompts import GenerateTurns
 from stages.evaluation.report import EvalReport, summarize
 from stages.evaluation.search_episodes import matches_graph, run_episodes, split_graph
 

@@ -6,24 +6,13 @@ function; a fixed script of texts is another, which is how the scoring is tested
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 from transformers import GenerationConfig
 
 from model import special_tokens as st
-
-
-@dataclass(frozen=True)
-class Prompt:
-    messages: tuple[dict, ...]
-    tools: list[dict] | None
-    enable_thinking: bool
-
-
-# The text generated after each prompt's generation prompt, through the stop token if one came.
-GenerateTurns = Callable[[Sequence[Prompt]], list[str]]
+from stages.evaluation.prompts import GenerateTurns, Prompt
 
 
 def greedy_generator(model, tokenizer, max_new_tokens: int) -> GenerateTurns:

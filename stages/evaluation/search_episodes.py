@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from model.tool_calls import ToolCall
 from stages.evaluation.answers import stated_answer
-from stages.evaluation.generation import GenerateTurns, Prompt
+from stages.evaluation.prompts import GenerateTurns, Prompt
 from stages.evaluation.references import prompt_messages, reference_answer, row_tools
 from stages.evaluation.turns import TurnScore, score_turn
 from suites.prepare import split_seed
