@@ -9,7 +9,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from posttrain.rewards_cli import rewards_app
+
 app = typer.Typer(help="GLM-5-style post-training pipeline.", no_args_is_help=True, add_completion=False)
+app.add_typer(rewards_app, name="rewards")
 console = Console()
 
 
