@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from prefect import get_run_logger, runtime
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from infra.launch import LocalLauncher
+from infra.store import open_store
+from rollout.process import EngineProcess
 from stages.events import parse_event
 from stages.stage_inputs import StageIO
 
@@ -85,3 +88,16 @@ def with_flow_provenance(config: StageIO) -> StageIO:
         "flow_name": runtime.flow_run.flow_name,
         "triggered_by": config.provenance.triggered_by or "prefect",
     })})
+
+
+def with_shared_engine(stack: ExitStack, config, nproc: int):
+    """The config pointed at one engine started for the whole stage, unless it names one or will not train.
+
+    One engine serves the evaluation before, the training and the evaluation after: each engine start
+    costs seconds of stage time. With several ranks, each rank starts its own instead.
+    """
+    if config.engine_url or nproc != 1 or open_store(config.store).is_committed(config.output_name):
+        return config
+    engine = stack.enter_context(EngineProcess(config.init_checkpoint, stage_workdir(config) / "engine.log",
+                                               seed=config.seed))
+    return config.model_copy(update={"engine_url": engine.base_url})

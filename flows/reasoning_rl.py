@@ -8,10 +8,9 @@ from prefect import flow, task
 
 from data_contracts.lineage import Lineage
 from flows.cards import publish_lineage_card, publish_metrics_table
-from flows.job import stage_workdir, train_stage, with_flow_provenance
+from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
-from rollout.process import EngineProcess
 from stages.eval_sampled import SampledEvalSettings, evaluate_sampled
 from stages.reasoning_rl_config import ReasoningRlConfig
 
@@ -35,12 +34,7 @@ def reasoning_rl(config: ReasoningRlConfig, arith_dataset: str, nproc: int = 1,
     validate_stage_inputs(config, "reasoning_rl")
     eval_settings = eval_settings or SampledEvalSettings(seed=config.seed)
     with ExitStack() as stack:
-        if not config.engine_url and nproc == 1 and not open_store(config.store).is_committed(config.output_name):
-            # One engine for the evaluation before, the training and the evaluation after: each engine
-            # start costs seconds of stage time. With several ranks, each rank starts its own instead.
-            engine = stack.enter_context(EngineProcess(config.init_checkpoint, stage_workdir(config) / "engine.log",
-                                                       seed=config.seed))
-            config = config.model_copy(update={"engine_url": engine.base_url})
+        config = with_shared_engine(stack, config, nproc)
         before = evaluate_with_engine(config.store, config.init_checkpoint, arith_dataset, eval_settings, config.engine_url)
         trained = train_reasoning_rl(config, nproc)
         after = evaluate_with_engine(config.store, trained["checkpoint"], arith_dataset, eval_settings, config.engine_url)

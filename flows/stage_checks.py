@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from prefect import task
 
-from data_contracts import CHAT_V1
 from data_contracts.lineage import Lineage
 from infra.store import open_store
 from stages.stage_inputs import StageIO
@@ -12,7 +11,7 @@ from stages.stage_inputs import StageIO
 
 @task
 def validate_stage_inputs(config: StageIO, stage: str) -> None:
-    """Every input must be committed: the init checkpoint a Hugging Face one, the datasets chat@1 with both splits."""
+    """Every input must be committed: the init checkpoint a Hugging Face one, the datasets of the stage's contract with both splits."""
     store = open_store(config.store)
     init = store.open(config.init_checkpoint)
     if "config.json" not in init.manifest.files:
@@ -23,5 +22,5 @@ def validate_stage_inputs(config: StageIO, stage: str) -> None:
         if missing:
             raise ValueError(f"{uri}: dataset lacks {', '.join(sorted(missing))}")
         contract = Lineage.model_validate(dataset.lineage()).config.get("contract")
-        if contract != CHAT_V1.id:
-            raise ValueError(f"{uri}: dataset contract is {contract!r}, {stage} reads {CHAT_V1.id}")
+        if contract != config.dataset_contract.id:
+            raise ValueError(f"{uri}: dataset contract is {contract!r}, {stage} reads {config.dataset_contract.id}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ImportString, TypeAdapter, ValidationError
 
 from data_contracts.lineage import RewardModuleRef
-from rewards.protocol import RewardModule, RewardSample
+from rewards.protocol import ComposedReward, RewardModule, RewardSample
 
 _IMPORT = TypeAdapter(ImportString)
 
@@ -40,6 +40,12 @@ def reward_module_ref(path: str, module: RewardModule, params: dict | None = Non
     source = inspect.getsourcefile(type(module) if not inspect.isfunction(module) else module)
     digest = hashlib.sha256(Path(source).read_bytes()).hexdigest() if source else "unknown"
     return RewardModuleRef(path=path, source_sha256=digest, params={"name": module.name, "version": module.version, **(params or {})})
+
+
+def reward_module_refs(path: str, module: RewardModule, params: dict | None = None) -> list[RewardModuleRef]:
+    """The module's lineage record, then those of the modules it is composed of: every module that scores."""
+    parts = module.components() if isinstance(module, ComposedReward) else []
+    return [reward_module_ref(path, module, params), *(reward_module_ref(p, m, q) for p, q, m in parts)]
 
 
 def score_batch(module: RewardModule, samples: Sequence[RewardSample], timeout_s: float = 60.0) -> list[float | None]:

@@ -28,3 +28,10 @@ class RewardModule(Protocol):
     version: str
 
     def __call__(self, samples: Sequence[RewardSample]) -> list[float | None]: ...
+
+
+@runtime_checkable
+class ComposedReward(Protocol):
+    """A reward module that scores with other modules (the General RL mix): lineage records each of them."""
+
+    def components(self) -> list[tuple[str, dict, RewardModule]]: ...  # (dotted path, params, module)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import requests
@@ -111,3 +112,12 @@ class EnvServiceProcess(ServiceProcess):
         if latency_median_s:
             args += ["--latency-median-s", str(latency_median_s), "--latency-sigma", str(latency_sigma)]
         super().__init__("rollout.envs.service", args, log_path, host=host, startup_timeout_s=60.0)
+
+
+def engine_serving(stack: ExitStack, checkpoint: str, engine_url: str | None, log_path: Path, seed: int = 0) -> EngineClient:
+    """The engine at `engine_url` made to serve `checkpoint`, or one started on it until `stack` closes."""
+    if engine_url:
+        client = EngineClient(engine_url)
+        client.update_weights(checkpoint)
+        return client
+    return stack.enter_context(EngineProcess(checkpoint, log_path, seed=seed))

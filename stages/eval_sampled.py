@@ -12,8 +12,7 @@ from pathlib import Path
 
 from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
-from rollout.client import EngineClient
-from rollout.process import EngineProcess
+from rollout.process import engine_serving
 from stages.eval_stage import committed_eval
 from stages.evaluation.sampled_arith import sampled_arith_accuracy
 from stages.sft_data import load_split
@@ -44,11 +43,7 @@ def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, arith_dataset_ur
         tokenizer = load_tokenizer(checkpoint.download(workdir / "checkpoint"))
         rows = load_split([dataset], "test", workdir / "arith")[: settings.prompts]
         with ExitStack() as stack:
-            if engine_url:
-                client = EngineClient(engine_url)
-                client.update_weights(checkpoint.uri)
-            else:
-                client = stack.enter_context(EngineProcess(checkpoint.uri, workdir / "engine.log", seed=settings.seed))
+            client = engine_serving(stack, checkpoint.uri, engine_url, workdir / "engine.log", settings.seed)
             metrics = sampled_arith_accuracy(
                 client, tokenizer, rows, samples_per_prompt=settings.samples_per_prompt,
                 temperature=settings.temperature, max_new_tokens=settings.max_new_tokens, seed=settings.seed,

@@ -11,14 +11,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_contracts import CHAT_V1, read_parquet, write_parquet
+from data_contracts import CHAT_V1, PROMPT_V1, read_parquet, write_parquet
 from data_contracts.conversation import messages_from_records
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
 from infra.publish import content_digest, data_input, parent_ref, publish_directory
 from infra.store import ArtifactStore, CommittedArtifact
 from model.presets import build_model
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
-from suites.prepare import SuiteSizes, suite_splits
+from suites.prepare import SuiteSizes, prompt_splits, suite_splits
 
 
 @dataclass(frozen=True)
@@ -38,14 +38,26 @@ def _lineage(kind: str, name: str, config: dict, seed: int, triggered_by: str, *
 
 
 def publish_suite(store, suite: str, sizes: SuiteSizes, seed: int, workdir: Path, triggered_by: str):
-    config = {"suite": suite, "train": sizes.train, "test": sizes.test, "contract": CHAT_V1.id}
-    local = workdir / f"dataset-{suite}"
+    """The suite's conversations (chat@1), what SFT trains on and evaluation asks."""
+    return _publish_splits(store, suite, suite, CHAT_V1, suite_splits(suite, sizes, seed), sizes, seed, workdir,
+                           triggered_by)
+
+
+def publish_prompts(store, suite: str, sizes: SuiteSizes, seed: int, workdir: Path, triggered_by: str):
+    """The suite's RL prompts (prompt@1) with their references and rule metadata, what general RL reads."""
+    return _publish_splits(store, suite, f"{suite}-prompts", PROMPT_V1, prompt_splits(suite, sizes, seed), sizes, seed,
+                           workdir, triggered_by)
+
+
+def _publish_splits(store, suite: str, label: str, contract, splits: dict[str, list[dict]], sizes: SuiteSizes,
+                    seed: int, workdir: Path, triggered_by: str):
+    config = {"suite": suite, "train": sizes.train, "test": sizes.test, "contract": contract.id}
+    local = workdir / f"dataset-{label}"
     local.mkdir()
-    rows = sum(write_parquet(CHAT_V1, records, local / f"{split}.parquet")
-               for split, records in suite_splits(suite, sizes, seed).items())
+    rows = sum(write_parquet(contract, records, local / f"{split}.parquet") for split, records in splits.items())
     # Named by content: a changed generator gets a new name instead of clashing with the old data.
-    name = f"datasets/{suite}-{content_digest(local)[:12]}"
-    return publish_directory(store, name, local, _lineage("dataset", suite, config, seed, triggered_by)), rows
+    name = f"datasets/{label}-{content_digest(local)[:12]}"
+    return publish_directory(store, name, local, _lineage("dataset", label, config, seed, triggered_by)), rows
 
 
 def training_conversations(datasets: list[CommittedArtifact], workdir: Path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,6 +19,7 @@ class RlPrompt:
     messages: tuple[dict, ...]
     reference: str | None
     prompt_ids: list[int]
+    metadata: Mapping = field(default_factory=dict)  # what reward modules read besides the reference (domain, rules)
 
 
 def rl_prompts(rows: Sequence[Mapping], tokenizer) -> list[RlPrompt]:
@@ -49,7 +50,8 @@ def group_rewards(
     """
     texts = [tokenizer.decode(s.output_ids, skip_special_tokens=False) for s in samples]
     reward_samples = [
-        RewardSample(prompts[i // group_size].messages, text, prompts[i // group_size].reference, {"thinking": True})
+        RewardSample(prompts[i // group_size].messages, text, prompts[i // group_size].reference,
+                     {**prompts[i // group_size].metadata, "thinking": True})
         for i, text in enumerate(texts)
     ]
     total = torch.zeros(len(samples), dtype=torch.float64)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import torch
 
-from data_contracts import CHAT_V1
 from infra.publish import data_input
 from model.dsa import install_dsa_indexers, set_dense_attention
 from stages import checkpoints
@@ -71,7 +70,7 @@ def commit_rl_checkpoint(engine, tokenizer, config: StageIO, stage: StageInputs,
     checkpoints.save_local(engine, engine.module, tokenizer, local, step, {"history": history}, stage.dist.is_main)
     lineage = stage_lineage(
         name=f"{config.stage_name} {config.run_id} step {step}", config=config.model_dump(mode="json"),
-        seed=config.seed, init=stage.init, inputs=[data_input(d, None, CHAT_V1.id) for d in stage.datasets],
+        seed=config.seed, init=stage.init, inputs=[data_input(d, None, config.dataset_contract.id) for d in stage.datasets],
         provenance=config.provenance, reward_modules=list(reward_refs),
     )
     return checkpoints.commit(stage.store, name, local, lineage, stage.dist.is_main)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_contracts import CHAT_V1, read_parquet
+from data_contracts.contract import Contract
 from data_contracts.conversation import messages_from_records
 from infra.store import CommittedArtifact
 from model.renderer import render
@@ -37,12 +38,12 @@ def render_rows(rows: list[dict], tokenizer, mix: dict[str, float], seed: int, m
     return result
 
 
-def load_split(datasets: list[CommittedArtifact], split: str, workdir: Path) -> list[dict]:
-    """All rows of `split` across the datasets, in dataset order (deterministic)."""
+def load_split(datasets: list[CommittedArtifact], split: str, workdir: Path, contract: Contract = CHAT_V1) -> list[dict]:
+    """All rows of `split` across the datasets, in dataset order (deterministic), checked against `contract`."""
     rows: list[dict] = []
     for index, dataset in enumerate(datasets):
         local = workdir / f"dataset-{index}"
         if not (local / f"{split}.parquet").exists():
             dataset.download(local)
-        rows += read_parquet(CHAT_V1, local / f"{split}.parquet").to_pylist()
+        rows += read_parquet(contract, local / f"{split}.parquet").to_pylist()
     return rows

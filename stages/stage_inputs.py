@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from data_contracts import CHAT_V1
+from data_contracts.contract import Contract
 from infra.store import ArtifactStore, CommittedArtifact, open_store
 from model.tokenizer import load_tokenizer
 from stages.distributed import Dist, init_distributed
@@ -38,13 +40,15 @@ class StageIO(BaseModel):
     run_id: str = Field(..., pattern=r"^[A-Za-z0-9._=+@-]+$", description="Names the run's artifacts.")
     store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
     init_checkpoint: str = Field(..., description="URI of the committed checkpoint to start from.")
-    datasets: list[str] = Field(..., min_length=1, description="URIs of committed chat@1 datasets (train/test).")
+    datasets: list[str] = Field(..., min_length=1, description="URIs of committed datasets (train/test splits).")
     output_name: str = Field("", description="Artifact name of the final checkpoint; default checkpoints/<stage>/<run_id>.")
     seed: int = 0
     provenance: Provenance = Field(default_factory=Provenance)
 
     # The folder under checkpoints/ a stage's outputs go to by default.
     stage_name: ClassVar[str] = "stage"
+    # What every dataset in `datasets` must be: conversations (chat@1), or RL prompts (prompt@1).
+    dataset_contract: ClassVar[Contract] = CHAT_V1
 
     @model_validator(mode="after")
     def _default_output(self):

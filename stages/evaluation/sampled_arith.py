@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rewards import RewardSample, score_batch
 from rewards.verifiers import ArithExactMatch
 from rollout.client import EngineClient
 from rollout.protocol import SamplingParams
+from stages.evaluation.reward_means import reward_means
 from stages.rl_rollouts import rl_prompts
 
 
@@ -21,24 +21,10 @@ def sampled_arith_accuracy(
 ) -> dict[str, float]:
     """{"arith/accuracy_greedy", "arith/accuracy_sampled"} over `rows` (chat@1 arith rows)."""
     prompts = rl_prompts(rows, tokenizer)
-    verifier = ArithExactMatch()
-
-    def accuracy(params: SamplingParams, repeats: int) -> float:
-        scores = []
-        for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start : start + batch_size]
-            batch_params = params.model_copy(update={"sampling_seed": seed + start}) if params.temperature else params
-            samples = client.generate([p.prompt_ids for p in chunk for _ in range(repeats)], batch_params, return_logprob=False)
-            texts = [tokenizer.decode(s.output_ids, skip_special_tokens=False) for s in samples]
-            scores += score_batch(verifier, [
-                RewardSample(chunk[i // repeats].messages, text, chunk[i // repeats].reference, {"thinking": True})
-                for i, text in enumerate(texts)
-            ])
-        return sum(scores) / len(scores)
-
-    return {
-        "arith/accuracy_greedy": accuracy(SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens), 1),
-        "arith/accuracy_sampled": accuracy(
-            SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens), samples_per_prompt
-        ),
-    }
+    verifier = [ArithExactMatch()]
+    greedy = reward_means(client, tokenizer, prompts, verifier, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
+                          seed=seed, batch_size=batch_size)
+    sampled = reward_means(client, tokenizer, prompts, verifier,
+                           SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens),
+                           repeats=samples_per_prompt, seed=seed, batch_size=batch_size)
+    return {"arith/accuracy_greedy": greedy[ArithExactMatch.name], "arith/accuracy_sampled": sampled[ArithExactMatch.name]}

@@ -1,0 +1,127 @@
+"""The GRPO + IcePop loop shared by reasoning RL and general RL: sample, score, one step, push weights.
+
+Fully on-policy: each step samples G responses per prompt from the rollout engine, scores them with
+the configured reward modules, takes one optimizer step, and pushes the new weights to the engine
+before the next step samples. The DSA indexer is frozen; its tie-stable top-k makes the engine's and
+the trainer's sparse attention pick the same keys.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack, nullcontext
+from pathlib import Path
+
+import torch
+
+from model.logprobs import next_token_logprobs
+from model.presets import load_model
+from rewards import load_reward_module, reward_module_refs
+from rollout.client import EngineClient
+from rollout.process import EngineProcess
+from rollout.protocol import SamplingParams
+from stages import checkpoints
+from stages.distributed import all_mean
+from stages.grpo_config import GrpoStageConfig
+from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
+from stages.rl_rollouts import RlPrompt, WeightedReward, group_rewards, informative_groups, train_batch
+from stages.rl_trainer import commit_rl_checkpoint, push_weights, rl_training_engine
+from stages.stage_inputs import StageInputs
+
+
+def run_grpo(config: GrpoStageConfig, stage: StageInputs, prompts: Sequence[RlPrompt], tokenizer) -> str:
+    """Train on `prompts` until `max_steps`, committing checkpoints; returns the final checkpoint's URI."""
+    dist, events, workdir = stage.dist, stage.events, stage.workdir
+    model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
+    modules = [load_reward_module(spec.path, spec.params) for spec in config.rewards]
+    rewards = [WeightedReward(module.name, module, spec.weight) for module, spec in zip(modules, config.rewards)]
+    reward_refs = [ref for spec, r in zip(config.rewards, rewards) for ref in reward_module_refs(spec.path, r.module, spec.params)]
+    events.emit("data", train_prompts=len(prompts), rewards=[r.name for r in rewards])
+
+    engine = rl_training_engine(model, lr=config.lr, warmup_steps=config.warmup_steps,
+                                global_batch=config.prompts_per_step * config.group_size, world_size=dist.world_size,
+                                zero_stage=config.zero_stage, grad_clip=config.grad_clip, frozen=config.frozen)
+    start_step, history, resumed_from = checkpoints.resume_latest(
+        engine, stage.store, config.resume_prefix, workdir / "resume", dist.local_rank == 0, events
+    )
+
+    settings = GrpoSettings(config.beta, config.eps_low, config.eps_high)
+    sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens)
+    share = config.prompts_per_rank(dist.world_size)
+    with ExitStack() as stack:
+        client = stack.enter_context(_rollout_engine(config, workdir, dist.rank))
+        if start_step:  # the engine serves the init checkpoint: give it the resumed weights
+            push_weights(engine, workdir, start_step, dist.is_main, lambda path: client.update_weights(path, str(start_step)))
+        elif config.engine_url:  # an engine we did not start may serve anything
+            client.update_weights(config.init_checkpoint, weight_version="0")
+        for step in range(start_step, config.max_steps):
+            rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
+            drawn = share * config.oversample  # this rank's prompts; `share` of them are trained on
+            step_prompts = rng.sample(prompts, drawn * dist.world_size)[dist.rank * drawn:(dist.rank + 1) * drawn]
+
+            started = time.monotonic()
+            # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
+            step_sampling = sampling.model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
+            samples = client.generate([p.prompt_ids for p in step_prompts for _ in range(config.group_size)], step_sampling)
+            rollout_s = time.monotonic() - started
+            rewards_by_group, reward_means, kept = group_rewards(
+                step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s
+            )
+            zero_signal = zero_signal_groups(rewards_by_group) / len(step_prompts)
+            reward_mean = float(rewards_by_group.mean())  # over every sampled group, trained or not
+            chosen = informative_groups(rewards_by_group, kept, share)
+            samples = [samples[g * config.group_size + i] for g in chosen for i in range(config.group_size)]
+            rewards_by_group, kept = rewards_by_group[chosen], [kept[g] for g in chosen]
+
+            started = time.monotonic()
+            batch = train_batch(samples, tokenizer.pad_token_id)
+            keep = torch.tensor(kept).repeat_interleave(config.group_size)
+            advantages = group_advantages(rewards_by_group).flatten().to(torch.float32)
+            logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            logp_new = next_token_logprobs(logits, batch.input_ids, config.temperature)
+            # One optimizer step per rollout batch: θ_old is the current θ, so the trainer's own
+            # recomputation π_train(θ_old) is this forward, without its gradient.
+            loss, stats = grpo_icepop_loss(
+                logp_new, logp_new.detach(), batch.logp_infer, advantages * keep, batch.response_mask, settings
+            )
+            engine.backward(loss)
+            engine.step()
+            train_s = time.monotonic() - started
+            push_weights(engine, workdir, step + 1, dist.is_main, lambda path: client.update_weights(path, str(step + 1)))
+
+            lengths = [len(s.output_ids) for s in samples]
+            record = {
+                "step": step + 1, "loss": all_mean(float(loss)), "lr": engine.get_lr()[0],
+                **{name: all_mean(value) for name, value in reward_means.items()},
+                "reward_mean": all_mean(reward_mean),
+                **{name: all_mean(value) for name, value in stats.items()},
+                "zero_signal_group_fraction": all_mean(zero_signal),
+                "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
+                "response_length": all_mean(sum(lengths) / len(lengths)),
+                "trained_tokens": int(all_mean(batch.response_tokens) * dist.world_size),
+                "truncated_fraction": all_mean(sum(s.finish_reason == "length" for s in samples) / len(samples)),
+                "rollout_tokens_per_s": all_mean(sum(lengths) / rollout_s) * dist.world_size,
+                "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,
+                "weight_version": samples[0].weight_version,
+            }
+            history.append(record)
+            events.emit("step", total=config.max_steps, **record)
+            if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.max_steps:
+                uri = commit_rl_checkpoint(engine, tokenizer, config, stage, step + 1, history,
+                                           checkpoints.step_artifact_name(config.resume_prefix, step + 1), reward_refs)
+                events.emit("committed", step=step + 1, checkpoint=uri)
+
+    uri = commit_rl_checkpoint(engine, tokenizer, config, stage, config.max_steps, history, config.output_name, reward_refs)
+    events.emit("done", checkpoint=uri, resumed_from=resumed_from, already_committed=False)
+    return uri
+
+
+def _rollout_engine(config: GrpoStageConfig, workdir: Path, rank: int):
+    """The configured engine, or one started here on the init checkpoint for the stage's duration."""
+    if config.engine_url:
+        client = EngineClient(config.engine_url)
+        client.wait_until_healthy(30)
+        return nullcontext(client)
+    return EngineProcess(config.init_checkpoint, workdir / "engine.log", seed=config.seed * 1000 + rank)

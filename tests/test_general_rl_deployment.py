@@ -1,0 +1,86 @@
+"""A researcher swaps general RL's reward module from the UI: a deployed flow, run through Prefect's REST API."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from prefect.settings import PREFECT_API_URL
+from prefect.testing.utilities import prefect_test_harness
+
+from infra.store import open_store
+from stages.prepare import publish_prompts
+from suites.prepare import SuiteSizes
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Brevity:
+    """A stand-in for a researcher's own module: 1 for replies under 40 characters."""
+
+    name, version = "brevity", "7"
+
+    def __call__(self, samples):
+        return [float(len(s.response) < 40) for s in samples]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A real Prefect server and `python -m flows.serve` executing the runs created for its deployments."""
+    workdir = tmp_path_factory.mktemp("served")
+    with prefect_test_harness(server_startup_timeout=120):
+        api = PREFECT_API_URL.value()
+        env = {**os.environ, "PREFECT_API_URL": api, "POSTTRAIN_WORKDIR": str(workdir / "work"),
+               "PYTHONPATH": str(REPO)}
+        with (workdir / "serve.log").open("wb") as log:
+            server = subprocess.Popen([sys.executable, "-m", "flows.serve", "--only", "general_rl"], cwd=REPO, env=env,
+                                      stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield api, _deployment_id(api, "general_rl/general_rl", server, workdir / "serve.log")
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def _deployment_id(api: str, name: str, server: subprocess.Popen, log: Path) -> str:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert server.poll() is None, f"flows.serve exited: {log.read_text()[-2000:]}"
+        answer = requests.get(f"{api}/deployments/name/{name}", timeout=10)
+        if answer.status_code == 200:
+            return answer.json()["id"]
+        time.sleep(1)
+    raise TimeoutError(f"deployment {name} never registered: {log.read_text()[-2000:]}")
+
+
+def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(served, small_store):
+    api, deployment = served
+    store = open_store(small_store["root"])
+    with tempfile.TemporaryDirectory() as workdir:
+        prompts, _ = publish_prompts(store, "instruct", SuiteSizes(40, 8), 0, Path(workdir), "tests")
+    config = {"run_id": "general-from-ui", "store": small_store["root"], "init_checkpoint": small_store["init"],
+              "datasets": [prompts.uri], "group_size": 2, "prompts_per_step": 2, "max_steps": 2, "max_new_tokens": 12,
+              "warmup_steps": 1, "rewards": [{"path": f"{__name__}.Brevity", "weight": 1.0}]}
+    # The call the UI's Run form makes: the deployment's parameters, edited, as JSON.
+    created = requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30, json={
+        "parameters": {"config": config, "eval_settings": {"prompts_per_dataset": 4, "max_new_tokens": 12}}})
+    assert created.status_code == 201, created.text
+    run_id = created.json()["id"]
+
+    deadline, state = time.monotonic() + 600, None
+    while time.monotonic() < deadline:
+        state = requests.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]
+        if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            break
+        time.sleep(2)
+    assert state["type"] == "COMPLETED", state
+
+    lineage = store.open(f"checkpoints/general_rl/{config['run_id']}").lineage()
+    (module,) = lineage["reward_modules"]
+    assert module["path"] == f"{__name__}.Brevity" and module["params"]["version"] == "7"
+    assert module["source_sha256"] and lineage["prefect"]["deployment_id"] == deployment
