@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from infra.store import open_store
-from model import special_tokens as st
 from model.tokenizer import load_tokenizer
 from rewards.protocol import RewardSample
+from rewards.replies import visible_reply
 from rollout.client import EngineClient
 from rollout.protocol import SamplingParams
 from rollout.trajectory import prompt_ids
@@ -27,21 +27,14 @@ from suites.judge import REQUEST, parse_score
 def judge_request(sample: RewardSample) -> list[dict]:
     """The grading conversation for one sample: its question, its anchor as reference, its reply."""
     question = "\n".join(m["content"] for m in sample.prompt if m["role"] == "user")
-    turn = score_turn(sample.response, thinking=bool(sample.metadata.get("thinking", True)))
-    reply = turn.parsed.reply if turn.format_valid else _plain(sample.response)
-    return [{"role": "user", "content": REQUEST.format(question=question, reference=sample.reference, reply=reply)}]
+    return [{"role": "user", "content": REQUEST.format(question=question, reference=sample.reference,
+                                                       reply=visible_reply(sample))}]
 
 
 def verdict_score(generated: str) -> int | None:
     """The 1-10 score of a generated verdict turn (reasoning, then the verdict), or None."""
     turn = score_turn(generated, thinking=True)
     return parse_score(turn.parsed.reply) if turn.format_valid else None
-
-
-def _plain(text: str) -> str:
-    for token in st.STOP_TOKENS:
-        text = text.replace(token, "")
-    return text.split(st.THINK_CLOSE)[-1].strip()
 
 
 class GenerativeJudge:

@@ -23,3 +23,14 @@ def sft_loss(logits: torch.Tensor, targets: torch.Tensor, samples: torch.Tensor,
     counts = torch.bincount(samples, minlength=batch_size).to(nll.dtype)
     has_tokens = counts > 0
     return (totals[has_tokens] / counts[has_tokens]).mean() if has_tokens.any() else logits.sum() * 0.0
+
+
+def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """Mean over pairs of -log σ(r_chosen - r_rejected): the chosen reply's win probability under the
+    Bradley–Terry model, maximized. `logsigmoid` keeps a large margin finite."""
+    return -F.logsigmoid(chosen.float() - rejected.float()).mean()
+
+
+def pairwise_accuracy(chosen: torch.Tensor, rejected: torch.Tensor) -> float:
+    """The share of pairs whose chosen reply scores strictly higher (a tie counts as wrong)."""
+    return (chosen > rejected).float().mean().item() if chosen.numel() else float("nan")

@@ -11,14 +11,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_contracts import CHAT_V1, PROMPT_V1, read_parquet, write_parquet
+from data_contracts import CHAT_V1, PREFERENCE_V1, PROMPT_V1, read_parquet, write_parquet
 from data_contracts.conversation import messages_from_records
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
 from infra.publish import content_digest, data_input, parent_ref, publish_directory
 from infra.store import ArtifactStore, CommittedArtifact
 from model.presets import build_model
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
-from suites.prepare import SuiteSizes, prompt_splits, suite_splits
+from suites.prepare import SuiteSizes, preference_splits, prompt_splits, suite_splits
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,12 @@ def publish_prompts(store, suite: str, sizes: SuiteSizes, seed: int, workdir: Pa
     """The suite's RL prompts (prompt@1) with their references and rule metadata, what general RL reads."""
     return _publish_splits(store, suite, f"{suite}-prompts", PROMPT_V1, prompt_splits(suite, sizes, seed), sizes, seed,
                            workdir, triggered_by)
+
+
+def publish_preferences(store, suite: str, sizes: SuiteSizes, seed: int, workdir: Path, triggered_by: str):
+    """The suite's (chosen, rejected) reply pairs (preference@1), what the ORM trains on."""
+    return _publish_splits(store, suite, f"{suite}-preference", PREFERENCE_V1, preference_splits(suite, sizes, seed),
+                           sizes, seed, workdir, triggered_by)
 
 
 def _publish_splits(store, suite: str, label: str, contract, splits: dict[str, list[dict]], sizes: SuiteSizes,

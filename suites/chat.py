@@ -62,10 +62,12 @@ def generate(count: int, seed: int, split: str) -> list[ChatPrompt]:
     return [make_prompt(rng, split, f"chat-{split}-{seed}-{i}") for i in range(count)]
 
 
-def worse_reply(rng: random.Random, subject: str, kind: str) -> str:
-    """A reply to a question about `subject` that is worse than its anchor in the way `kind` names."""
+def worse_reply(rng: random.Random, subject: str, kind: str, split: str) -> str:
+    """A reply to a question about `subject` that is worse than its anchor in the way `kind` names.
+    An off-topic reply is the anchor of another subject of the same split: a held-out pair whose
+    rejected reply were a training anchor would test recall of training text, not relevance."""
     if kind == "off_topic":
-        return ANCHORS[rng.choice([other for other in ANCHORS if other != subject])]
+        return ANCHORS[rng.choice([other for other in subjects_for(split) if other != subject])]
     if kind == "too_short":
         return rng.choice(CURT_REPLIES)
     if kind == "dismissive":
@@ -79,5 +81,5 @@ def preference_pairs(count: int, seed: int, split: str) -> list[PreferencePair]:
     for i in range(count):
         prompt = make_prompt(rng, split, f"chat-pref-{split}-{seed}-{i}")
         kind = rng.choice(REJECTION_KINDS)
-        pairs.append(PreferencePair(prompt, worse_reply(rng, prompt.subject, kind), kind))
+        pairs.append(PreferencePair(prompt, worse_reply(rng, prompt.subject, kind, split), kind))
     return pairs

@@ -62,12 +62,12 @@ def parse_score(verdict: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _graded_reply(rng: random.Random, subject: str, kind: str) -> str:
+def _graded_reply(rng: random.Random, subject: str, kind: str, split: str) -> str:
     if kind == "anchor":
         return ANCHORS[subject]
     if kind == "partial":
         return ANCHORS[subject].split(". ")[0] + "."
-    return chat.worse_reply(rng, subject, kind)
+    return chat.worse_reply(rng, subject, kind, split)
 
 
 def generate(count: int, seed: int, split: str) -> list[JudgeExample]:
@@ -78,7 +78,7 @@ def generate(count: int, seed: int, split: str) -> list[JudgeExample]:
         prompt = chat.make_prompt(rng, split, f"judge-{split}-{seed}-{i}")
         kind = rng.choice(tuple(GRADES))
         low, high, rationale = GRADES[kind]
-        reply = _graded_reply(rng, prompt.subject, kind)
+        reply = _graded_reply(rng, prompt.subject, kind, split)
         examples.append(
             JudgeExample(prompt.id, prompt.question, prompt.anchor, reply, kind, rng.randint(low, high), rationale)
         )

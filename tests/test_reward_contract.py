@@ -51,9 +51,18 @@ def judge_params(small_store, tmp_path_factory):
                "max_new_tokens": 8}
 
 
+ORM = "rewards.orm.OrmScore"
+
+
+@pytest.fixture(scope="module")
+def orm_params(trained_orm):
+    return {"checkpoint": trained_orm["checkpoint"], "store": trained_orm["root"]}
+
+
 @pytest.mark.parametrize("path", [module.path for module in builtin_modules()])
 def test_every_module_in_rewards_meets_the_contract(path, request):
-    params = request.getfixturevalue("judge_params") if path == JUDGE else PARAMS.get(path)
+    fixtures = {JUDGE: "judge_params", ORM: "orm_params"}
+    params = request.getfixturevalue(fixtures[path]) if path in fixtures else PARAMS.get(path)
     result = check_contract(path, params)
     assert result.passed, result.problems
     assert len(result.scores) == len(fixture_batch())

@@ -201,6 +201,14 @@ def test_chat_pairs_prefer_the_anchor_of_the_asked_subject(produced):
         assert json.loads(row["metadata_json"])["subject"] in chat.HELD_OUT_SUBJECTS
 
 
+def test_held_out_chat_pairs_show_no_training_reply():
+    training_anchors = {ANCHORS[subject] for subject in chat.subjects_for("train")}
+    pairs = chat.preference_pairs(300, seed=0, split="test")
+    assert {pair.rejection_kind for pair in pairs} == set(chat.REJECTION_KINDS)
+    for pair in pairs:
+        assert pair.chosen not in training_anchors and pair.rejected not in training_anchors
+
+
 def test_judge_verdicts_parse_to_scores_that_rank_reply_kinds():
     examples = judge.generate(200, seed=3, split="train")
     scores = {kind: [e.score for e in examples if e.reply_kind == kind] for kind in judge.GRADES}
