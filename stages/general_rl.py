@@ -38,7 +38,8 @@ def run(config: GeneralRlConfig) -> str:
         return stage
     tokenizer = stage.tokenizer()
     rows = load_split(stage.datasets, "train", stage.workdir, PROMPT_V1)
-    return run_grpo(config, stage, general_prompts(rows, tokenizer), tokenizer)
+    return run_grpo(config, stage, general_prompts(rows, tokenizer), tokenizer,
+                    anchor_min_weight=config.anchor_min_weight if config.anchor_members else None)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,6 +17,14 @@ DEFAULT_MIX = {
 }
 
 
+def mix_with_orm(orm_checkpoint: str, domains: tuple[str, ...], store: str | None = None,
+                 orm_weight: float = 0.5) -> dict:
+    """DEFAULT_MIX with an ORM's sigmoid score as a further component of each of `domains`."""
+    orm = {"path": "rewards.orm.OrmScore", "weight": orm_weight, "scale": "sigmoid",
+           "params": {"checkpoint": orm_checkpoint, **({"store": store} if store else {})}}
+    return {**DEFAULT_MIX, "domains": {domain: [*DEFAULT_MIX["domains"].get(domain, []), orm] for domain in domains}}
+
+
 class GeneralRlConfig(GrpoStageConfig):
     stage_name: ClassVar[str] = "general_rl"
     dataset_contract = PROMPT_V1
@@ -24,3 +32,6 @@ class GeneralRlConfig(GrpoStageConfig):
     rewards: list[RewardSpec] = Field(
         default_factory=lambda: [RewardSpec(path="rewards.mix.MixedReward", params=DEFAULT_MIX)], min_length=1
     )
+    anchor_members: bool = Field(False, description="a prompt's reference reply joins its group as an off-policy "
+                                                    "member, importance-weighted (stages/anchor_members.py)")
+    anchor_min_weight: float = Field(0.05, gt=0, le=1, description="the floor of an anchor member's importance weight")

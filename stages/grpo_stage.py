@@ -23,6 +23,7 @@ from rollout.client import EngineClient
 from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from stages import checkpoints
+from stages.anchor_members import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
 from stages.distributed import all_mean
 from stages.grpo_config import GrpoStageConfig
 from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
@@ -31,8 +32,12 @@ from stages.rl_trainer import commit_rl_checkpoint, push_weights, rl_training_en
 from stages.stage_inputs import StageInputs
 
 
-def run_grpo(config: GrpoStageConfig, stage: StageInputs, prompts: Sequence[RlPrompt], tokenizer) -> str:
-    """Train on `prompts` until `max_steps`, committing checkpoints; returns the final checkpoint's URI."""
+def run_grpo(config: GrpoStageConfig, stage: StageInputs, prompts: Sequence[RlPrompt], tokenizer,
+             anchor_min_weight: float | None = None) -> str:
+    """Train on `prompts` until `max_steps`, committing checkpoints; returns the final checkpoint's URI.
+    With `anchor_min_weight` set, reference replies join their groups as off-policy members
+    (stages/anchor_members.py)."""
+    anchors_on = anchor_min_weight is not None
     dist, events, workdir = stage.dist, stage.events, stage.workdir
     model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
     modules = [load_reward_module(spec.path, spec.params) for spec in config.rewards]
@@ -64,7 +69,9 @@ def run_grpo(config: GrpoStageConfig, stage: StageInputs, prompts: Sequence[RlPr
             started = time.monotonic()
             # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
             step_sampling = sampling.model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
-            samples = client.generate([p.prompt_ids for p in step_prompts for _ in range(config.group_size)], step_sampling)
+            samples = client.generate(policy_requests(step_prompts, config.group_size, anchors_on), step_sampling)
+            if anchors_on:
+                samples = with_anchor_members(step_prompts, samples, config.group_size, tokenizer)
             rollout_s = time.monotonic() - started
             rewards_by_group, reward_means, kept = group_rewards(
                 step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s
@@ -83,15 +90,20 @@ def run_grpo(config: GrpoStageConfig, stage: StageInputs, prompts: Sequence[RlPr
             logp_new = next_token_logprobs(logits, batch.input_ids, config.temperature)
             # One optimizer step per rollout batch: θ_old is the current θ, so the trainer's own
             # recomputation π_train(θ_old) is this forward, without its gradient.
+            logp_old, anchors = logp_new.detach(), is_anchor(samples)
+            if anchors_on:
+                advantages = advantages * anchor_weights(logp_old, batch.response_mask, anchors, anchor_min_weight)
             loss, stats = grpo_icepop_loss(
-                logp_new, logp_new.detach(), batch.logp_infer, advantages * keep, batch.response_mask, settings
+                logp_new, logp_old, behaviour_logprobs(batch.logp_infer, logp_old, anchors), advantages * keep,
+                batch.response_mask, settings,
             )
             engine.backward(loss)
             engine.step()
             train_s = time.monotonic() - started
             push_weights(engine, workdir, step + 1, dist.is_main, lambda path: client.update_weights(path, str(step + 1)))
 
-            lengths = [len(s.output_ids) for s in samples]
+            policy = [s for s, anchor in zip(samples, anchors.tolist()) if not anchor]
+            lengths = [len(s.output_ids) for s in policy]
             record = {
                 "step": step + 1, "loss": all_mean(float(loss)), "lr": engine.get_lr()[0],
                 **{name: all_mean(value) for name, value in reward_means.items()},
@@ -101,7 +113,8 @@ def run_grpo(config: GrpoStageConfig, stage: StageInputs, prompts: Sequence[RlPr
                 "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
                 "response_length": all_mean(sum(lengths) / len(lengths)),
                 "trained_tokens": int(all_mean(batch.response_tokens) * dist.world_size),
-                "truncated_fraction": all_mean(sum(s.finish_reason == "length" for s in samples) / len(samples)),
+                "truncated_fraction": all_mean(sum(s.finish_reason == "length" for s in policy) / len(policy)),
+                "anchor_members": int(all_mean(float(anchors.sum())) * dist.world_size),
                 "rollout_tokens_per_s": all_mean(sum(lengths) / rollout_s) * dist.world_size,
                 "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,
                 "weight_version": samples[0].weight_version,

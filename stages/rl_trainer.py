@@ -14,7 +14,7 @@ from infra.publish import data_input
 from model.dsa import install_dsa_indexers, set_dense_attention
 from stages import checkpoints
 from stages.distributed import deepspeed_engine
-from stages.lineage import stage_lineage
+from stages.lineage import reward_model_checkpoints, stage_lineage
 from stages.stage_inputs import StageInputs, StageIO
 
 
@@ -72,5 +72,6 @@ def commit_rl_checkpoint(engine, tokenizer, config: StageIO, stage: StageInputs,
         name=f"{config.stage_name} {config.run_id} step {step}", config=config.model_dump(mode="json"),
         seed=config.seed, init=stage.init, inputs=[data_input(d, None, config.dataset_contract.id) for d in stage.datasets],
         provenance=config.provenance, reward_modules=list(reward_refs),
+        reward_models=reward_model_checkpoints(list(reward_refs), stage.store),
     )
     return checkpoints.commit(stage.store, name, local, lineage, stage.dist.is_main)

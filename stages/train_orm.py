@@ -56,7 +56,8 @@ def run(config: TrainOrmConfig) -> str:
         pairs = batches.for_step(step, dist.rank, dist.world_size)
         started = time.monotonic()
         engine.train()
-        chosen, rejected = engine(*collate_pairs(pairs, pad_id)).chunk(2)
+        input_ids, attention_mask = collate_pairs(pairs, pad_id)
+        chosen, rejected = engine(input_ids, attention_mask).chunk(2)
         loss = bradley_terry_loss(chosen, rejected)
         engine.backward(loss)
         engine.step()
@@ -65,6 +66,7 @@ def run(config: TrainOrmConfig) -> str:
             "train_accuracy": all_mean(pairwise_accuracy(chosen.detach(), rejected.detach())),
             "margin": all_mean((chosen - rejected).mean().item()),
             "pairs_per_s": all_mean(len(pairs) / (time.monotonic() - started)) * dist.world_size,
+            "trained_tokens": int(all_mean(float(attention_mask.sum())) * dist.world_size),
         }
         if (step + 1) % config.eval_every == 0 or step + 1 == config.max_steps:
             record |= heldout_metrics(engine.module, heldout.pairs, pad_id, config.eval_batch_size)

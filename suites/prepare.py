@@ -81,9 +81,11 @@ def _search_examples(split: str, count: int, seed: int) -> list[Example]:
 
 
 def _instruct_examples(split: str, count: int, seed: int) -> list[Example]:
-    # Graded by rule (`instruct.check`), so the constraints are the reference and the answer is null.
+    # Graded by rule (`instruct.check`) on the constraints; the reference is a reply that meets them,
+    # the anchor a GRM grades against and General RL's anchor members train toward.
     return [
-        Example(item.id, tuple(item.messages()), None, {"topic": item.topic, "constraints": list(item.constraints)})
+        Example(item.id, tuple(item.messages()), item.reference,
+                {"topic": item.topic, "constraints": list(item.constraints)})
         for item in instruct.generate(count, seed, split)
     ]
 

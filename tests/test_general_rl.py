@@ -14,15 +14,30 @@ from stages.general_rl import general_prompts
 from stages.general_rl_config import GeneralRlConfig
 from stages.prepare import publish_prompts
 from stages.sft_data import load_split
+from suites import instruct
 from suites.prepare import SuiteSizes
+
+
+def published_prompts(small_store, suite: str):
+    store = open_store(small_store["root"])
+    with tempfile.TemporaryDirectory() as workdir:
+        dataset, _ = publish_prompts(store, suite, SuiteSizes(40, 8), 0, Path(workdir), "tests")
+    return dataset
+
+
+def run_job(config: GeneralRlConfig, workdir: Path) -> list[dict]:
+    """The general RL job as a real subprocess; its events."""
+    path = workdir / "run.json"
+    path.write_text(config.model_dump_json())
+    events = []
+    LocalLauncher(nproc=1, threads_per_proc=1).run("stages.general_rl", path,
+                                                   lambda line: (e := parse_event(line)) and events.append(e))
+    return events
 
 
 @pytest.fixture(scope="module")
 def instruct_prompts(small_store):
-    store = open_store(small_store["root"])
-    with tempfile.TemporaryDirectory() as workdir:
-        dataset, _ = publish_prompts(store, "instruct", SuiteSizes(40, 8), 0, Path(workdir), "tests")
-    return dataset
+    return published_prompts(small_store, "instruct")
 
 
 def test_prompt_rows_carry_their_domain_and_rules_to_the_reward(small_store, instruct_prompts, tmp_path):
@@ -31,7 +46,9 @@ def test_prompt_rows_carry_their_domain_and_rules_to_the_reward(small_store, ins
     assert len(prompts) == 40
     first = prompts[0]
     assert first.metadata["domain"] == "instruct" and first.metadata["constraints"]
-    assert first.reference is None and first.messages[-1]["role"] == "user"
+    assert first.messages[-1]["role"] == "user"
+    # The reference is a reply that meets every constraint: the anchor of a GRM or an anchor member.
+    assert all(instruct.check(constraint, first.reference) for constraint in first.metadata["constraints"])
     assert tokenizer.decode(first.prompt_ids).endswith("<|assistant|><think>")
 
 
@@ -41,13 +58,7 @@ def test_general_rl_trains_on_prompts_and_records_every_mixed_module_in_lineage(
     config = GeneralRlConfig(run_id="general-steps", store=small_store["root"], init_checkpoint=small_store["init"],
                              datasets=[instruct_prompts.uri], group_size=2, prompts_per_step=2, max_steps=2,
                              max_new_tokens=12, warmup_steps=1)
-    path = tmp_path / "run.json"
-    path.write_text(config.model_dump_json())
-    events = []
-    LocalLauncher(nproc=1, threads_per_proc=1).run("stages.general_rl", path,
-                                                   lambda line: (e := parse_event(line)) and events.append(e))
-
-    steps = [e for e in events if e["event"] == "step"]
+    steps = [e for e in run_job(config, tmp_path) if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
     assert all("reward/mixed" in s and s["dropped_groups"] == 0 for s in steps)  # every instruct sample scored
     lineage = open_store(small_store["root"]).open(config.output_name).lineage()
@@ -55,3 +66,27 @@ def test_general_rl_trains_on_prompts_and_records_every_mixed_module_in_lineage(
     assert set(refs) == {"rewards.mix.MixedReward", "rewards.rules.InstructGate", "rewards.rules.InstructSoft"}
     assert all(len(ref["source_sha256"]) == 64 for ref in refs.values())
     assert [i["contract"] for i in lineage["inputs"]] == [PROMPT_V1.id]
+
+
+def test_chat_prompts_train_with_the_orm_and_anchor_replies_as_off_policy_members(small_store, trained_orm, tmp_path,
+                                                                                    monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    orm = {"path": "rewards.orm.OrmScore", "scale": "sigmoid",
+           "params": {"checkpoint": trained_orm["checkpoint"], "store": trained_orm["root"]}}
+    config = GeneralRlConfig(run_id="general-anchors", store=small_store["root"], init_checkpoint=small_store["init"],
+                             datasets=[published_prompts(small_store, "chat").uri], group_size=3, prompts_per_step=2,
+                             max_steps=2, max_new_tokens=12, warmup_steps=1, anchor_members=True,
+                             rewards=[{"path": "rewards.mix.MixedReward", "params": {"domains": {"chat": [orm]}}}])
+    steps = [e for e in run_job(config, tmp_path) if e["event"] == "step"]
+    # Every chat prompt has its anchor: one of the three seats of each of the two groups.
+    assert [s["anchor_members"] for s in steps] == [2, 2]
+    assert all(s["dropped_groups"] == 0 and 0 < s["reward/mixed"] < 1 for s in steps)
+    lineage = open_store(small_store["root"]).open(config.output_name).lineage()
+    refs = {ref["path"]: ref for ref in lineage["reward_modules"]}
+    assert set(refs) == {"rewards.mix.MixedReward", "rewards.orm.OrmScore"}
+    assert refs["rewards.orm.OrmScore"]["params"]["checkpoint"] == trained_orm["checkpoint"]
+    assert lineage["config"]["anchor_members"] is True
+    # The ORM checkpoint is a parent of the trained policy: the auditor's DAG reaches the reward model.
+    orm_uri = open_store(trained_orm["root"]).open(trained_orm["checkpoint"]).uri
+    assert [(p["role"], p["uri"]) for p in lineage["parents"]] == [("init", lineage["parents"][0]["uri"]),
+                                                                   ("reward_model", orm_uri)]

@@ -26,11 +26,11 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     written = json.loads((run_dir / "summary.json").read_text())
     assert (tmp_path / "runs" / "LATEST").read_text().strip() == summary["run_id"]
     assert {"run_id", "preset", "wall_s", "stages"} <= set(written)
-    sft, rl, agentic = written["stages"]
-    for stage in (sft, rl, agentic):
+    sft, rl, agentic, orm, general = written["stages"]
+    for stage in (sft, rl, agentic, orm, general):
         assert {"stage", "checkpoint", "metrics_before", "metrics_after", "wall_s", "train_s", "train_tokens"} <= set(stage)
         assert stage["train_tokens"] > 0 and 0 < stage["train_s"] < stage["wall_s"]
-    assert [s["stage"] for s in (sft, rl, agentic)] == ["sft", "reasoning_rl", "agentic_rl"]
+    assert [s["stage"] for s in written["stages"]] == ["sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl"]
     assert {"arith/accuracy", "format_validity", "thinking_compliance", "search/success"} <= set(sft["metrics_after"])
     assert set(rl["metrics_before"]) == set(rl["metrics_after"]) == {"arith/accuracy_greedy", "arith/accuracy_sampled"}
     # Reasoning RL starts from the SFT checkpoint, and its lineage says so.
@@ -43,11 +43,23 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     assert {"search/tool_success", "calc/tool_success", "tool_success"} <= set(agentic["metrics_after"])
     agentic_lineage = json.loads(Path(agentic["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
     assert agentic_lineage["parents"][0]["uri"] == rl["checkpoint"]
+    # The ORM's trunk is the SFT checkpoint; it reports held-out pairwise accuracy per domain.
+    assert {"heldout_accuracy", "heldout_accuracy/chat", "heldout_accuracy/instruct"} <= set(orm["metrics_after"])
+    orm_lineage = json.loads(Path(orm["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
+    assert orm_lineage["parents"][0]["uri"] == sft["checkpoint"]
+    assert {i["contract"] for i in orm_lineage["inputs"]} == {"preference@1"}
+    # General RL starts from the agentic checkpoint, trains on instruct prompts with the rules and the ORM.
+    assert {"rule_compliance", "reward/mixed"} <= set(general["metrics_after"])
+    general_lineage = json.loads(Path(general["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
+    assert [(p["role"], p["uri"]) for p in general_lineage["parents"]] == [("init", agentic["checkpoint"]),
+                                                                          ("reward_model", orm["checkpoint"])]
+    assert general_lineage["inputs"][0]["contract"] == "prompt@1"
+    assert {"rewards.mix.MixedReward", "rewards.orm.OrmScore"} <= {r["path"] for r in general_lineage["reward_modules"]}
     report = (run_dir / "report.md").read_text()
-    for name in ("sft", "reasoning_rl", "agentic_rl"):
+    for name in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
 
     again = pipeline(params)
-    assert [stage["checkpoint"] for stage in again["stages"]] == [s["checkpoint"] for s in (sft, rl, agentic)]
-    assert [stage["metrics_after"] for stage in again["stages"]] == [s["metrics_after"] for s in (sft, rl, agentic)]
+    assert [stage["checkpoint"] for stage in again["stages"]] == [s["checkpoint"] for s in written["stages"]]
+    assert [stage["metrics_after"] for stage in again["stages"]] == [s["metrics_after"] for s in written["stages"]]
     assert Path(again["report"]).exists()

@@ -7,7 +7,7 @@ from data_contracts.lineage import source_digest
 from flows.params import PipelineParams
 
 PREPARED = {"datasets": {"arith": "file:///s/datasets/arith-1", "search": "file:///s/datasets/search-1",
-                         "calc": "file:///s/datasets/calc-1"},
+                         "calc": "file:///s/datasets/calc-1", "instruct": "file:///s/datasets/instruct-1"},
             "init_checkpoint": "file:///s/checkpoints/init/glm5-tiny-1"}
 
 
