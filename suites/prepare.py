@@ -99,7 +99,8 @@ def _chat_examples(split: str, count: int, seed: int) -> list[Example]:
 
 
 def _judge_examples(split: str, count: int, seed: int) -> list[Example]:
-    return [Example(e.id, tuple(e.messages())) for e in judge.generate(count, seed, split)]
+    return [Example(e.id, tuple(e.messages()), str(e.score), {"reply_kind": e.reply_kind})
+            for e in judge.generate(count, seed, split)]
 
 
 def _instruct_pairs(split: str, count: int, seed: int) -> list[Pair]:
@@ -122,6 +123,7 @@ SUITES: dict[str, Callable[[str, int, int], list[Example]]] = {
     "calc": _calc_examples,
     "instruct": _instruct_examples,
     "chat": _chat_examples,
+    "judge": _judge_examples,  # verdicts against anchors: SFT on it makes a checkpoint a GRM judge
 }
 PREFERENCE_SUITES: dict[str, Callable[[str, int, int], list[Pair]]] = {
     "instruct": _instruct_pairs,
@@ -180,14 +182,6 @@ def suite_splits(
     """chat@1 rows of one suite per split; `thinking_mix` weighs the modes of `suites.thinking.MODES`."""
     splits = _split(SUITES[suite], sizes, seed)
     return {split: _chat_rows(suite, split, examples, seed, thinking_mix) for split, examples in splits.items()}
-
-
-def judge_splits(
-    sizes: SuiteSizes, seed: int, thinking_mix: Mapping[str, float] = DEFAULT_THINKING_MIX
-) -> dict[str, list[dict]]:
-    """chat@1 rows (suite "judge") that teach the GRM to grade chat replies against their anchors."""
-    splits = _split(_judge_examples, sizes, seed)
-    return {split: _chat_rows("judge", split, examples, seed, thinking_mix) for split, examples in splits.items()}
 
 
 def prompt_splits(suite: str, sizes: SuiteSizes, seed: int) -> dict[str, list[dict]]:

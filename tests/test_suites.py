@@ -17,7 +17,6 @@ from suites.prepare import (
     PREFERENCE_SUITES,
     SUITES,
     SuiteSizes,
-    judge_splits,
     preference_splits,
     prompt_splits,
     suite_splits,
@@ -34,7 +33,6 @@ def all_splits(seed: int) -> dict:
     produced = {("chat", suite): suite_splits(suite, SIZES, seed, MIX) for suite in SUITES}
     produced |= {("prompt", suite): prompt_splits(suite, SIZES, seed) for suite in SUITES}
     produced |= {("preference", suite): preference_splits(suite, SIZES, seed) for suite in PREFERENCE_SUITES}
-    produced[("chat", "judge")] = judge_splits(SIZES, seed, MIX)
     return produced
 
 
