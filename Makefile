@@ -10,6 +10,12 @@ TORCH_SPEC  ?= torch==2.13.0
 PIP_TORCH_ARGS ?=
 DEEPSPEED_SPEC ?= deepspeed==0.19.8
 PYTEST_ARGS ?=
+# torch comes from pip (it honours PIP_TORCH_ARGS and pip's own index settings), without compiling
+# its thousands of modules to bytecode up front (a minute on 2 cores; Python compiles what it imports);
+# uv installs the other ~150 packages in a fraction of pip's time, against the same pinned constraints
+# (a private index: set UV_INDEX_URL as well as pip's).
+UV_SPEC     ?= uv==0.13.9
+UV_INSTALL  := $(VENV)/bin/uv pip install --python $(PY)
 
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -25,10 +31,11 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -U pip setuptools wheel
-	$(PIP) install -q $(TORCH_SPEC) $(PIP_TORCH_ARGS)
-	DS_BUILD_OPS=0 $(PIP) install -q --no-build-isolation $(DEEPSPEED_SPEC) -c constraints.txt
-	$(PIP) install -q -e '.[dev]' -c constraints.txt --config-settings editable_mode=compat
+	$(PIP) install -q --no-compile $(TORCH_SPEC) $(PIP_TORCH_ARGS)
+	$(PIP) install -q --no-compile $(UV_SPEC)
+	$(UV_INSTALL) -q -U setuptools wheel
+	DS_BUILD_OPS=0 $(UV_INSTALL) -q --no-build-isolation $(DEEPSPEED_SPEC) -c constraints.txt
+	$(UV_INSTALL) -q -e '.[dev]' -c constraints.txt -C editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from prefect import flow, task
 
-from data_contracts.lineage import Lineage
-from flows.cards import publish_lineage_card, publish_metrics_table
+from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -36,8 +35,6 @@ def agentic_rl(config: AgenticRlConfig, nproc: int = 1, eval_settings: AgenticEv
     before = evaluate_tool_tasks(config.store, config.init_checkpoint, config.datasets, tasks, eval_settings)
     trained = train_agentic_rl(config, nproc)
     after = evaluate_tool_tasks(config.store, trained["checkpoint"], config.datasets, tasks, eval_settings)
-    publish_metrics_table("agentic_rl", before, after)
-    lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
-    publish_lineage_card("agentic_rl", trained["checkpoint"], lineage)
+    publish_stage("agentic_rl", config, trained, before, after)
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
             "metrics_before": before, "metrics_after": after}

@@ -1,10 +1,27 @@
-"""What the Prefect UI shows for a stage: a metrics table and a lineage card."""
+"""What the Prefect UI and wandb show for a stage: a metrics table, a lineage card and the wandb run."""
 
 from __future__ import annotations
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from data_contracts.lineage import Lineage
+from flows.job import stage_workdir
+from flows.tracking import track_stage
+from infra.store import open_store
+from stages.stage_inputs import StageIO
+
+
+def publish_stage(stage: str, config: StageIO, trained: dict, before: dict[str, float], after: dict[str, float]) -> Lineage:
+    """The metrics table and lineage card of the trained checkpoint, and its wandb run; a stage that was
+    not retrained (its output committed before) published them when it was. Returns the lineage."""
+    lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
+    if trained.get("skipped"):
+        return lineage
+    publish_metrics_table(stage, before, after)
+    publish_lineage_card(stage, trained["checkpoint"], lineage)
+    track_stage(stage, config, trained["history"], before, after, trained["checkpoint"], lineage,
+                stage_workdir(config) / "wandb")
+    return lineage
 
 
 def publish_metrics_table(stage: str, before: dict[str, float], after: dict[str, float]) -> None:
@@ -13,6 +30,15 @@ def publish_metrics_table(stage: str, before: dict[str, float], after: dict[str,
         for name in sorted(after)
     ]
     create_table_artifact(table=rows, key=f"{stage}-metrics".replace("_", "-"), description=f"{stage}: held-out metrics")
+
+
+def publish_retention_table(scores: dict[str, tuple[str, float, float, float]]) -> None:
+    """{teacher: (metric, teacher's score, student before, student after)} as the share of each
+    teacher's score the distilled student keeps."""
+    rows = [{"teacher": source, "metric": metric, "teacher score": round(teacher, 4), "student before": round(before, 4),
+             "student after": round(after, 4), "kept": round(after / teacher, 4) if teacher else None}
+            for source, (metric, teacher, before, after) in scores.items()]
+    create_table_artifact(table=rows, key="distill-retention", description="distill: what the student keeps of each teacher")
 
 
 def publish_lineage_card(stage: str, checkpoint_uri: str, lineage: Lineage) -> None:

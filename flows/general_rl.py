@@ -6,8 +6,7 @@ from contextlib import ExitStack
 
 from prefect import flow, task
 
-from data_contracts.lineage import Lineage
-from flows.cards import publish_lineage_card, publish_metrics_table
+from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -37,8 +36,6 @@ def general_rl(config: GeneralRlConfig, nproc: int = 1, eval_settings: GeneralEv
         before = evaluate_rules_and_rewards(config, config.init_checkpoint, eval_settings)
         trained = train_general_rl(config, nproc)
         after = evaluate_rules_and_rewards(config, trained["checkpoint"], eval_settings)
-    publish_metrics_table("general_rl", before, after)
-    lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
-    publish_lineage_card("general_rl", trained["checkpoint"], lineage)
+    publish_stage("general_rl", config, trained, before, after)
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
             "metrics_before": before, "metrics_after": after}

@@ -14,6 +14,8 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from infra.launch import LocalLauncher
 from infra.store import open_store
 from rollout.process import EngineProcess
+from flows.tracking import PROJECT, wandb_run_id
+from stages import checkpoints
 from stages.events import parse_event
 from stages.stage_inputs import StageIO
 
@@ -74,7 +76,16 @@ def stage_workdir(config: StageIO) -> Path:
 
 
 def train_stage(stage: str, module: str, config: StageIO, nproc: int) -> dict:
-    """Run a stage's trainer on its config; its final checkpoint URI, per-step history and the job's wall time."""
+    """Run a stage's trainer on its config; its final checkpoint URI, per-step history and the job's wall time.
+
+    A config whose output is committed (the same config, inputs and code ran to the end before) starts
+    no job: its history is read back from the checkpoint, which is what makes an unchanged re-run quick."""
+    store = open_store(config.store)
+    if store.is_committed(config.output_name):
+        artifact = store.open(config.output_name)
+        state = json.loads(artifact.read_bytes(checkpoints.TRAINER_STATE))
+        get_run_logger().info(f"{stage}: {artifact.uri} is committed for this config, inputs and code; not retrained")
+        return {"checkpoint": artifact.uri, "history": state["history"], "train_s": 0.0, "skipped": True}
     started = time.monotonic()
     progress = run_job(stage, module, config.model_dump_json(indent=2), stage_workdir(config), nproc)
     return {"checkpoint": progress.final["checkpoint"], "history": progress.history,
@@ -82,11 +93,13 @@ def train_stage(stage: str, module: str, config: StageIO, nproc: int) -> dict:
 
 
 def with_flow_provenance(config: StageIO) -> StageIO:
-    """The config with the running flow (and its deployment) recorded as its provenance, for lineage."""
+    """The config with the running flow (and its deployment) and the stage's wandb run recorded as its
+    provenance, for lineage."""
     return config.model_copy(update={"provenance": config.provenance.model_copy(update={
         "flow_run_id": str(runtime.flow_run.id), "deployment_id": runtime.deployment.id,
         "flow_name": runtime.flow_run.flow_name,
         "triggered_by": config.provenance.triggered_by or "prefect",
+        "wandb_run": f"{PROJECT}/{wandb_run_id(config)}",
     })})
 
 

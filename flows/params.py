@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stages.sft_config import DsaSchedule, SftConfig
 from stages.stage_inputs import Provenance
 
-__all__ = ["DsaSchedule", "PipelineParams", "Provenance", "SftConfig"]
+__all__ = ["DsaSchedule", "PipelineParams", "Provenance", "SftConfig", "StageName"]
+
+# The pipeline's stages in order (the ORM is trained as part of general RL's step).
+StageName = Literal["sft", "reasoning_rl", "agentic_rl", "general_rl", "distill"]
 
 
 class PipelineParams(BaseModel):
@@ -18,3 +23,14 @@ class PipelineParams(BaseModel):
     store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
     reports_dir: str = Field("artifacts/runs", description="Run reports: <run_id>/summary.json, report.md, LATEST.")
     nproc: int = Field(1, ge=1, description="Trainer processes per stage on this machine.")
+    from_stage: StageName | None = Field(None, description="Start at this stage; the ones before it are not run.")
+    init: str | None = Field(None, description="With from_stage: the committed checkpoint that stands for the "
+                                               "output of the stage before it (for sft: the model SFT starts from).")
+
+    @model_validator(mode="after")
+    def _init_goes_with_from_stage(self):
+        if self.init is not None and self.from_stage is None:
+            raise ValueError("init is the checkpoint from_stage starts from: give from_stage too")
+        if self.from_stage not in (None, "sft") and self.init is None:
+            raise ValueError(f"from_stage {self.from_stage} needs init: the committed checkpoint to start from")
+        return self

@@ -1,7 +1,10 @@
-"""The pipeline flow: prepare → SFT → reasoning RL → agentic RL → general RL (later: distillation).
+"""The pipeline flow: prepare → SFT → reasoning RL → agentic RL → general RL (its ORM first) → distillation.
 
-Stages are chained by checkpoint URI. Each stage's artifacts are named by the digest of its config
-and inputs, so a re-run with nothing changed finds them committed and does no work.
+Stages are chained by checkpoint URI. Each stage's artifacts are named by the digest of its config,
+inputs and code, so a re-run with nothing changed finds them committed and does no work, and a re-run
+after a failure resumes the failed stage from its last committed step. `from_stage` with `init` starts
+at any stage from any committed checkpoint; what later stages need from earlier ones (the ORM's SFT
+trunk, distillation's teachers) is read from that checkpoint's lineage.
 """
 
 from __future__ import annotations
@@ -11,22 +14,27 @@ import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import get_args
 
 from prefect import flow, task
 
-from data_contracts.lineage import config_digest, source_digest
-from flows.params import PipelineParams
+from data_contracts.lineage import Lineage, config_digest, source_digest
+from flows.params import PipelineParams, StageName
 from flows.presets import get_preset
 from flows.report import write_report
 from flows.agentic_rl import agentic_rl
+from flows.distill import DistillEvalSettings, distill
 from flows.general_rl import general_rl
 from flows.train_orm import train_orm
 from flows.reasoning_rl import reasoning_rl
 from flows.sft import evaluate, sft
+from flows.stage_ancestry import stage_outputs
 from infra.store import open_store
 from stages.prepare import prepare, publish_preferences, publish_prompts
 from stages.agentic_rl_config import AgenticRlConfig
+from stages.distill_config import DistillConfig, TeacherSpec
 from stages.general_rl_config import GeneralRlConfig, mix_with_orm
+from stages.grpo_config import RewardSpec
 from stages.orm_config import TrainOrmConfig
 from stages.reasoning_rl_config import ReasoningRlConfig
 from stages.sft_config import SftConfig
@@ -98,6 +106,13 @@ def general_rl_config(params: PipelineParams, prepared: dict, init_checkpoint: s
     return GeneralRlConfig(run_id=stage_run_id("general_rl", fields), **fields)
 
 
+def distill_config(params: PipelineParams, student: str, teachers: list[TeacherSpec]) -> DistillConfig:
+    preset = get_preset(params.preset)
+    fields = dict(preset.distill, store=params.store, seed=params.seed, init_checkpoint=student,
+                  teachers=[teacher.model_dump() for teacher in teachers])
+    return DistillConfig(run_id=stage_run_id("distill", fields), **fields)
+
+
 def trained_tokens(history: list[dict]) -> int:
     return sum(record.get("trained_tokens", 0) for record in history)
 
@@ -109,57 +124,118 @@ def stage_record(name: str, result: dict, started: float) -> dict:
             "train_s": result["train_s"], "train_tokens": trained_tokens(result["history"])}
 
 
+STAGES = get_args(StageName)
+
+
+def starting_outputs(params: PipelineParams, prepared: dict) -> dict[str, str]:
+    """{stage: checkpoint} the run starts with: the initial model, and with `from_stage`, `init` as the
+    output of the stage before it plus whatever earlier stages its lineage names."""
+    outputs = {"init": prepared["init_checkpoint"]}
+    if params.init is None:  # PipelineParams allows that only for a run from SFT
+        return outputs
+    store = open_store(params.store)
+    uri = store.open(params.init).uri
+    outputs |= stage_outputs(store, uri)
+    outputs[(("init",) + STAGES)[STAGES.index(params.from_stage)]] = uri
+    return outputs
+
+
+def latest(outputs: dict[str, str], before: str) -> str:
+    """The checkpoint of the last stage before `before` that has one (the initial model at least)."""
+    order = ("init",) + STAGES
+    return next(outputs[s] for s in reversed(order[: order.index(before)]) if s in outputs)
+
+
 @flow(name="pipeline", log_prints=True)
 def pipeline(params: PipelineParams) -> dict:
     started = time.monotonic()
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{params.preset}-s{params.seed}"
     preset = get_preset(params.preset)
     prepared = prepare_data(params)
-    eval_settings = replace(preset.eval, seed=params.seed)
-    # The initial checkpoint is stage 0's output and is evaluated with it; the SFT flow's "before"
-    # evaluation then reads this committed eval back, so SFT's time is its training and its own eval.
-    evaluate(params.store, prepared["init_checkpoint"], prepared["datasets"], eval_settings, ("sparse",))
+    outputs = starting_outputs(params, prepared)
+    first = STAGES.index(params.from_stage or "sft")
+    runs = {name: STAGES.index(name) >= first for name in STAGES}
+    stages, histories, extra_columns = [], {}, {}
 
-    stage_started = time.monotonic()
-    config = sft_config(params, prepared)
-    result = sft(config, datasets_by_suite=prepared["datasets"], nproc=params.nproc, eval_settings=eval_settings)
-    stages = [stage_record("sft", result, stage_started) | {"metrics_after_dense": result["metrics_after_dense"]}]
-    histories = {"sft": result["history"]}
+    def finished(name: str, result: dict, stage_started: float) -> None:
+        stages.append(stage_record(name, result, stage_started))
+        histories[name] = result["history"]
+        outputs[name] = result["checkpoint"]
 
-    if preset.reasoning_rl is not None:
+    if runs["sft"]:
+        eval_settings = replace(preset.eval, seed=params.seed)
+        # The initial checkpoint is stage 0's output and is evaluated with it; the SFT flow's "before"
+        # evaluation then reads this committed eval back, so SFT's time is its training and its own eval.
+        evaluate(params.store, outputs["init"], prepared["datasets"], eval_settings, ("sparse",))
         stage_started = time.monotonic()
-        config = reasoning_rl_config(params, prepared, stages[-1]["checkpoint"])
+        config = sft_config(params, prepared | {"init_checkpoint": outputs["init"]})
+        result = sft(config, datasets_by_suite=prepared["datasets"], nproc=params.nproc, eval_settings=eval_settings)
+        finished("sft", result, stage_started)
+        extra_columns["sft"] = {"after (dense attention)": result["metrics_after_dense"]}
+
+    if runs["reasoning_rl"] and preset.reasoning_rl is not None:
+        stage_started = time.monotonic()
+        config = reasoning_rl_config(params, prepared, latest(outputs, "reasoning_rl"))
         result = reasoning_rl(config, arith_dataset=prepared["datasets"]["arith"], nproc=params.nproc,
                               eval_settings=replace(preset.rl_eval, seed=params.seed))
-        stages.append(stage_record("reasoning_rl", result, stage_started))
-        histories["reasoning_rl"] = result["history"]
+        finished("reasoning_rl", result, stage_started)
 
-    if preset.agentic_rl is not None:
+    if runs["agentic_rl"] and preset.agentic_rl is not None:
         stage_started = time.monotonic()
-        config = agentic_rl_config(params, prepared, stages[-1]["checkpoint"])
+        config = agentic_rl_config(params, prepared, latest(outputs, "agentic_rl"))
         result = agentic_rl(config, nproc=params.nproc, eval_settings=replace(preset.agentic_eval, seed=params.seed))
-        stages.append(stage_record("agentic_rl", result, stage_started))
-        histories["agentic_rl"] = result["history"]
+        finished("agentic_rl", result, stage_started)
 
-    orm_checkpoint = None
-    if preset.orm is not None:
-        # The reward model's trunk is the SFT checkpoint: it has read the replies the ORM will judge.
+    general_rewards = None
+    if runs["general_rl"] and preset.general_rl is not None:
+        orm_checkpoint = None
+        if preset.orm is not None:
+            # The reward model's trunk is the SFT checkpoint: it has read the replies the ORM will judge.
+            stage_started = time.monotonic()
+            result = train_orm(orm_config(params, prepared, outputs.get("sft", latest(outputs, "general_rl"))),
+                               nproc=params.nproc)
+            stages.append(stage_record("train_orm", result, stage_started))
+            histories["train_orm"] = result["history"]
+            orm_checkpoint = result["checkpoint"]
         stage_started = time.monotonic()
-        result = train_orm(orm_config(params, prepared, stages[0]["checkpoint"]), nproc=params.nproc)
-        stages.append(stage_record("train_orm", result, stage_started))
-        histories["train_orm"] = result["history"]
-        orm_checkpoint = result["checkpoint"]
-
-    if preset.general_rl is not None:
-        stage_started = time.monotonic()
-        init = next(s["checkpoint"] for s in reversed(stages) if s["stage"] != "train_orm")
-        config = general_rl_config(params, prepared, init, orm_checkpoint)
+        config = general_rl_config(params, prepared, latest(outputs, "general_rl"), orm_checkpoint)
+        general_rewards = config.rewards
         result = general_rl(config, nproc=params.nproc, eval_settings=replace(preset.general_eval, seed=params.seed))
-        stages.append(stage_record("general_rl", result, stage_started))
-        histories["general_rl"] = result["history"]
+        finished("general_rl", result, stage_started)
 
-    summary = {"run_id": run_id, "preset": params.preset, "seed": params.seed,
+    if runs["distill"] and preset.distill is not None:
+        teachers = distill_teachers(params, prepared, outputs)
+        if general_rewards is None and "general_rl" in outputs:  # started past general RL: its own config says
+            recorded = Lineage.model_validate(open_store(params.store).open(outputs["general_rl"]).lineage())
+            general_rewards = [RewardSpec(**spec) for spec in recorded.config["rewards"]]
+        stage_started = time.monotonic()
+        result = distill(distill_config(params, latest(outputs, "distill"), teachers), nproc=params.nproc,
+                         eval_settings=DistillEvalSettings(
+                             sampled=replace(preset.rl_eval, seed=params.seed),
+                             agentic=replace(preset.agentic_eval, seed=params.seed),
+                             agentic_tasks=tuple(sorted(agentic_tasks(preset))),
+                             general=replace(preset.general_eval, seed=params.seed),
+                             **({"general_rewards": general_rewards} if general_rewards is not None else {})))
+        finished("distill", result, stage_started)
+        stages[-1] |= {"teacher_scores": result["teacher_scores"], "retention": result["retention"]}
+        extra_columns["distill"] = {"teacher": result["teacher_scores"]}
+
+    summary = {"run_id": run_id, "preset": params.preset, "seed": params.seed, "from_stage": params.from_stage,
                "wall_s": round(time.monotonic() - started, 1), "stages": stages}
-    report = write_report(Path(params.reports_dir) / run_id, summary, histories,
-                          {"sft": {"after (dense attention)": stages[0]["metrics_after_dense"]}})
+    report = write_report(Path(params.reports_dir) / run_id, summary, histories, extra_columns)
     return {**summary, "report": str(report)}
+
+
+def agentic_tasks(preset) -> list[str]:
+    return list((preset.agentic_rl or {}).get("tasks") or AgenticRlConfig.model_fields["tasks"].get_default(call_default_factory=True))
+
+
+def distill_teachers(params: PipelineParams, prepared: dict, outputs: dict[str, str]) -> list[TeacherSpec]:
+    """The final checkpoint of each RL stage the run has one of, with the datasets of its prompt set."""
+    preset = get_preset(params.preset)
+    datasets = prepared["datasets"]
+    prompt_sets = {"reasoning_rl": [datasets["arith"]], "agentic_rl": sorted([datasets["calc"], datasets["search"]]),
+                   "general_rl": sorted(prepared["prompts"][suite] for suite in preset.general_suites)}
+    return [TeacherSpec(source=source, checkpoint=outputs[source], datasets=prompt_sets[source],
+                        share=preset.distill_shares.get(source, 1))
+            for source in prompt_sets if source in outputs]

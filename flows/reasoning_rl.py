@@ -6,8 +6,7 @@ from contextlib import ExitStack
 
 from prefect import flow, task
 
-from data_contracts.lineage import Lineage
-from flows.cards import publish_lineage_card, publish_metrics_table
+from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -38,9 +37,7 @@ def reasoning_rl(config: ReasoningRlConfig, arith_dataset: str, nproc: int = 1,
         before = evaluate_with_engine(config.store, config.init_checkpoint, arith_dataset, eval_settings, config.engine_url)
         trained = train_reasoning_rl(config, nproc)
         after = evaluate_with_engine(config.store, trained["checkpoint"], arith_dataset, eval_settings, config.engine_url)
-    publish_metrics_table("reasoning_rl", before, after)
-    lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
-    publish_lineage_card("reasoning_rl", trained["checkpoint"], lineage)
+    publish_stage("reasoning_rl", config, trained, before, after)
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
             "metrics_before": before,
             "metrics_after": after}

@@ -12,13 +12,14 @@ import argparse
 from prefect import serve
 
 from flows.agentic_rl import agentic_rl
+from flows.distill import distill
 from flows.general_rl import general_rl
 from flows.pipeline import pipeline
 from flows.reasoning_rl import reasoning_rl
 from flows.sft import sft
 from flows.train_orm import train_orm
 
-FLOWS = {flow.name: flow for flow in (sft, reasoning_rl, agentic_rl, train_orm, general_rl, pipeline)}
+FLOWS = {flow.name: flow for flow in (sft, reasoning_rl, agentic_rl, train_orm, general_rl, distill, pipeline)}
 
 
 def serve_deployments(names: list[str], limit: int | None = None) -> None:

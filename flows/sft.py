@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from prefect import flow, task
 
-from data_contracts.lineage import Lineage
-from flows.cards import publish_lineage_card, publish_metrics_table
+from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -35,10 +34,7 @@ def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None, npro
     before = evaluate(config.store, config.init_checkpoint, suites, eval_settings, ("sparse",))
     trained = train_sft(config, nproc)
     after = evaluate(config.store, trained["checkpoint"], suites, eval_settings, ("sparse", "dense"))
-    publish_metrics_table("sft", before["sparse"], after["sparse"])
-    store = open_store(config.store)
-    publish_lineage_card("sft", trained["checkpoint"],
-                         Lineage.model_validate(store.open(trained["checkpoint"]).lineage()))
+    publish_stage("sft", config, trained, before["sparse"], after["sparse"])
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
             "metrics_before": before["sparse"],
             "metrics_after": after["sparse"], "metrics_after_dense": after["dense"]}

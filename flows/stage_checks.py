@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import task
 
-from data_contracts.lineage import Lineage
+from infra.publish import published_contract
 from infra.store import open_store
 from stages.stage_inputs import StageIO
 
@@ -21,6 +21,6 @@ def validate_stage_inputs(config: StageIO, stage: str) -> None:
         missing = {"train.parquet", "test.parquet"} - set(dataset.manifest.files)
         if missing:
             raise ValueError(f"{uri}: dataset lacks {', '.join(sorted(missing))}")
-        contract = Lineage.model_validate(dataset.lineage()).config.get("contract")
-        if contract != config.dataset_contract.id:
+        contract = published_contract(dataset)
+        if not config.accepts_contract(contract):
             raise ValueError(f"{uri}: dataset contract is {contract!r}, {stage} reads {config.dataset_contract.id}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import flow, task
 
 from data_contracts.lineage import Lineage
-from flows.cards import publish_lineage_card, publish_metrics_table
+from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -28,7 +28,6 @@ def train_orm(config: TrainOrmConfig, nproc: int = 1) -> dict:
     lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
     after = {name: value for name, value in lineage.eval_summary.items() if "accuracy" in name}
     before = {name: CHANCE for name in after}
-    publish_metrics_table("train_orm", before, after)
-    publish_lineage_card("train_orm", trained["checkpoint"], lineage)
+    publish_stage("train_orm", config, trained, before, after)
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
             "metrics_before": before, "metrics_after": after}

@@ -97,21 +97,42 @@ def ancestry_json(node: AncestryNode) -> dict[str, Any]:
     return summary
 
 
-def ancestry_mermaid(root: AncestryNode) -> str:
-    """A Mermaid flowchart: one box per artifact, an arrow from each ancestor to what it fed."""
+def _graph(root: AncestryNode) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """([(id, label, name)], [(ancestor id, role, id)]): one node per artifact, one edge per feed."""
     ids: dict[str, str] = {}
-    lines = ["flowchart BT"]
+    nodes = []
     for node in root.walk():
         if node.uri not in ids:
             ids[node.uri] = f"a{len(ids)}"
             label = node.lineage.name if node.lineage else "unreadable"
             kind = node.lineage.kind if node.lineage else "?"
-            lines.append(f'  {ids[node.uri]}["{kind}: {label}<br/>{node.uri.rsplit("/", 1)[-1]}"]')
-    edges = set()
+            nodes.append((ids[node.uri], f"{kind}: {label}", node.uri.rsplit("/", 1)[-1]))
+    edges: list[tuple[str, str, str]] = []
     for node in root.walk():
         for child in node.children:
-            edge = f"  {ids[child.uri]} -->|{child.role}| {ids[node.uri]}"
+            edge = (ids[child.uri], child.role, ids[node.uri])
             if edge not in edges:
-                edges.add(edge)
-                lines.append(edge)
+                edges.append(edge)
+    return nodes, edges
+
+
+def ancestry_mermaid(root: AncestryNode) -> str:
+    """A Mermaid flowchart: one box per artifact, an arrow from each ancestor to what it fed."""
+    nodes, edges = _graph(root)
+    lines = ["flowchart BT"]
+    lines += [f'  {node_id}["{label}<br/>{name}"]' for node_id, label, name in nodes]
+    lines += [f"  {source} -->|{role}| {target}" for source, role, target in edges]
     return "\n".join(lines) + "\n"
+
+
+def ancestry_dot(root: AncestryNode) -> str:
+    """The same DAG in Graphviz dot (`dot -Tsvg`)."""
+    nodes, edges = _graph(root)
+    lines = ["digraph lineage {", "  rankdir=BT;", "  node [shape=box];"]
+    lines += [f'  {node_id} [label="{_dot_escape(label)}\\n{_dot_escape(name)}"];' for node_id, label, name in nodes]
+    lines += [f'  {source} -> {target} [label="{_dot_escape(role)}"];' for source, role, target in edges]
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def _dot_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')

@@ -31,3 +31,8 @@ def parent_ref(artifact: CommittedArtifact, role: str) -> ParentRef:
 
 def data_input(artifact: CommittedArtifact, rows: int | None = None, contract: str | None = None) -> DataInput:
     return DataInput(uri=artifact.uri, digest=artifact.digest, rows=rows, contract=contract)
+
+
+def published_contract(dataset: CommittedArtifact) -> str | None:
+    """The contract a dataset was published under (chat@1, prompt@1, ...), as its lineage records it."""
+    return Lineage.model_validate(dataset.lineage()).config.get("contract")

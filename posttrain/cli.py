@@ -20,6 +20,7 @@ class LineageFormat(str, Enum):
     tree = "tree"
     json = "json"
     mermaid = "mermaid"
+    dot = "dot"
 
 
 @app.command()
@@ -30,10 +31,10 @@ def lineage(
         False, "--verify",
         help="Re-hash every file of the artifact, its ancestors and data inputs; exit 1 naming each file that differs.",
     ),
-    output_format: LineageFormat = typer.Option(LineageFormat.tree, "--format", help="tree, json or mermaid."),
+    output_format: LineageFormat = typer.Option(LineageFormat.tree, "--format", help="tree, json, mermaid or dot."),
 ) -> None:
     """Show the ancestry of a checkpoint: parents, teachers, data inputs, code, config and reward modules."""
-    from infra.lineage import ancestry_json, ancestry_mermaid, load_ancestry, verify_ancestry
+    from infra.lineage import ancestry_dot, ancestry_json, ancestry_mermaid, load_ancestry, verify_ancestry
     from infra.store import open_artifact, open_store
 
     resolved = uri if "://" in uri else open_store().open(uri).uri
@@ -42,6 +43,8 @@ def lineage(
         typer.echo(json.dumps(ancestry_json(root), indent=2))
     elif output_format is LineageFormat.mermaid:
         typer.echo(ancestry_mermaid(root), nl=False)
+    elif output_format is LineageFormat.dot:
+        typer.echo(ancestry_dot(root), nl=False)
     else:
         from posttrain.lineage_view import ancestry_tree
 
@@ -92,14 +95,53 @@ def pipeline(
     store: str = typer.Option(None, help="Artifact store root (default $POSTTRAIN_STORE or ./artifacts)."),
     reports: Path = typer.Option(Path("artifacts/runs"), help="Where run reports go (<run_id>/summary.json, LATEST)."),
     nproc: int = typer.Option(1, help="Trainer processes per stage on this machine."),
+    from_stage: str = typer.Option(None, "--from-stage",
+                                   help="Start at this stage: sft, reasoning_rl, agentic_rl, general_rl or distill."),
+    init: str = typer.Option(None, "--init", help="With --from-stage: the committed checkpoint (URI or name) that "
+                                                  "stands for the output of the stage before it."),
 ) -> None:
-    """Run the whole pipeline as a Prefect flow and write its report (what `make demo` runs)."""
+    """Run the whole pipeline as a Prefect flow and write its report (what `make demo` runs).
+
+    Stages whose output is committed are skipped; a stage that failed resumes from its last committed step."""
+    from pydantic import ValidationError
+
     from flows.pipeline import pipeline as pipeline_flow
     from flows.params import PipelineParams
 
-    summary = pipeline_flow(PipelineParams(preset=preset, seed=seed, store=store, reports_dir=str(reports),
-                                           nproc=nproc))
+    try:
+        params = PipelineParams(preset=preset, seed=seed, store=store, reports_dir=str(reports), nproc=nproc,
+                                from_stage=from_stage, init=init)
+    except ValidationError as error:
+        raise typer.BadParameter("; ".join(e["msg"] for e in error.errors())) from error
+    summary = pipeline_flow(params)
     typer.echo(f"report: {summary['report']}")
+
+
+@app.command()
+def ui(
+    host: str = typer.Option("127.0.0.1", help="Address the Prefect server listens on."),
+    port: int = typer.Option(4200, help="Port of the Prefect server and its UI."),
+    only: list[str] = typer.Option(None, "--only", help="Deploy only these flows (default: every stage and the pipeline)."),
+    logs: Path = typer.Option(Path("runs/ui"), help="Where the server's and the deployments' logs go."),
+) -> None:
+    """Start a local Prefect server and serve every stage and the pipeline as deployments: trigger a run
+    from the UI's Run form, watch its progress, read its metrics and lineage (runbooks/trigger-a-stage-from-the-ui.md)."""
+    from flows.serve import FLOWS
+    from posttrain.ui import UiError, serve_ui
+
+    flows = only or sorted(FLOWS)
+    unknown = sorted(set(flows) - set(FLOWS))
+    if unknown:
+        raise typer.BadParameter(f"unknown flows {unknown}; known: {sorted(FLOWS)}", param_hint="--only")
+
+    def ready(url: str) -> None:
+        console.print(f"Prefect UI: [bold]{url}[/bold]  (deployments: {', '.join(flows)}; Ctrl-C stops)")
+
+    try:
+        raise typer.Exit(serve_ui(host, port, flows, logs, ready))
+    except UiError as error:
+        typer.echo(f"posttrain ui: {error}", err=True)
+        raise typer.Exit(1) from error
 
 
 if __name__ == "__main__":

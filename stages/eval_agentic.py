@@ -16,6 +16,7 @@ from pathlib import Path
 from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
 from rollout.orchestrator import EpisodeSettings, Orchestrator, RolloutResult, RolloutSpec
+from rollout.client import EngineClient
 from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from rollout.router import EngineRouter
@@ -40,8 +41,9 @@ class AgenticEvalSettings:
 
 
 def evaluate_agentic(store: ArtifactStore, checkpoint_uri: str, dataset_uris: list[str], tasks: list[str],
-                     settings: AgenticEvalSettings) -> dict[str, float]:
-    """{"<task>/tool_success", "tool_success", "env_failures"} for the checkpoint, committed once."""
+                     settings: AgenticEvalSettings, engine_url: str | None = None) -> dict[str, float]:
+    """{"<task>/tool_success", "tool_success", "env_failures"} for the checkpoint, committed once; on the
+    engine at `engine_url` (made to serve the checkpoint first) or on one started here."""
     checkpoint = store.open(checkpoint_uri)
     datasets = [store.open(uri) for uri in dataset_uris]
     config = {"kind": "agentic", "settings": asdict(settings), "tasks": sorted(tasks), "checkpoint": checkpoint.digest,
@@ -52,12 +54,16 @@ def evaluate_agentic(store: ArtifactStore, checkpoint_uri: str, dataset_uris: li
         rows = agent_task_rows(load_split(datasets, "test", workdir / "data"), tasks, settings.seed)
         specs = [RolloutSpec(f"eval-{task}-{i}", f"eval-{task}-{i}", task, row)
                  for task in sorted(tasks) for i, row in enumerate(rows[task][: settings.episodes_per_task])]
-        engine = EngineProcess(checkpoint.uri, workdir / "engine.log", seed=settings.seed)
         with ExitStack() as stack:
-            stack.callback(engine.stop)
-            engine.launch()
+            if engine_url:
+                EngineClient(engine_url).update_weights(checkpoint.uri)
+            else:
+                engine = EngineProcess(checkpoint.uri, workdir / "engine.log", seed=settings.seed)
+                stack.callback(engine.stop)
+                engine.launch()
             services = stack.enter_context(TaskServices({task: 1.0 for task in tasks}, workdir))  # while it loads
-            results = asyncio.run(_play(specs, engine.wait_ready().base_url, services, tokenizer, settings))
+            url = engine_url or engine.wait_ready().base_url
+            results = asyncio.run(_play(specs, url, services, tokenizer, settings))
         metrics = success_metrics(results, tasks)
         created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         eval_rows = [{"checkpoint_uri": checkpoint.uri, "suite": name.split("/")[0] if "/" in name else "all",

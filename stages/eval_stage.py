@@ -13,7 +13,7 @@ from pathlib import Path
 
 from data_contracts import EVAL_V1, write_parquet
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
-from infra.publish import data_input, parent_ref, publish_directory
+from infra.publish import data_input, parent_ref, publish_directory, published_contract
 from infra.store import ArtifactStore, CommittedArtifact
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.presets import load_model
@@ -86,7 +86,7 @@ def committed_eval(
         write_parquet(EVAL_V1, rows, out / "metrics.parquet")
         lineage = Lineage(
             kind="eval", name=f"eval of {checkpoint.uri.rsplit('/', 1)[-1]}",
-            parents=[parent_ref(checkpoint, "evaluated")], inputs=[data_input(d, None, _contract_of(d)) for d in datasets],
+            parents=[parent_ref(checkpoint, "evaluated")], inputs=[data_input(d, None, published_contract(d)) for d in datasets],
             config=config, config_sha256=config_digest(config), code=current_code_version(),
             libraries=library_versions(), seed=seed, eval_summary={
                 f"{name}@{mode}": value for mode, metrics in results.items() for name, value in metrics.items()
@@ -94,11 +94,6 @@ def committed_eval(
         )
         publish_directory(store, name, out, lineage)
     return results
-
-
-def _contract_of(dataset: CommittedArtifact) -> str:
-    """The contract the dataset was published under (chat@1, prompt@1, ...), as its lineage records it."""
-    return Lineage.model_validate(dataset.lineage()).config["contract"]
 
 
 def _results_from_summary(summary: dict[str, float]) -> dict[str, dict[str, float]]:

@@ -50,7 +50,8 @@ def grpo_icepop_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """L = −(1/N) Σ_i (1/|y_i|) Σ_t pop(ρ_t) · min(r_t A_i, clip(r_t, 1−ε_low, 1+ε_high) A_i).
 
-    Token tensors are [N, T] over N responses (padding where `mask` is 0); `advantages` is [N].
+    Token tensors are [N, T] over N responses (padding where `mask` is 0); `advantages` is [N], one per
+    response (GRPO), or [N, T], one per token (on-policy distillation, SPEC Eq. 2).
     Returns the loss and statistics of the batch (fractions are over response tokens).
     """
     mask = mask.to(logp_new.dtype)
@@ -61,7 +62,7 @@ def grpo_icepop_loss(
     in_band = (rho >= 1.0 / settings.beta) & (rho <= settings.beta)
     pop = torch.where(in_band, rho, torch.zeros_like(rho))
     ratio = torch.exp(logp_new - logp_old.detach())
-    advantage = advantages[:, None].to(logp_new.dtype)
+    advantage = (advantages[:, None] if advantages.dim() == 1 else advantages).to(logp_new.dtype)
     clipped_ratio = ratio.clamp(1.0 - settings.eps_low, 1.0 + settings.eps_high)
     surrogate = torch.minimum(ratio * advantage, clipped_ratio * advantage)
     per_sequence = (pop * surrogate * mask).sum(dim=-1) / lengths

@@ -11,16 +11,13 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack, nullcontext
-from pathlib import Path
+from contextlib import ExitStack
 
 import torch
 
 from model.logprobs import next_token_logprobs
 from model.presets import load_model
 from rewards import load_reward_module, reward_module_refs
-from rollout.client import EngineClient
-from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from stages import checkpoints
 from stages.anchor_members import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
@@ -28,7 +25,7 @@ from stages.distributed import all_mean
 from stages.grpo_config import GrpoStageConfig
 from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
 from stages.rl_rollouts import RlPrompt, WeightedReward, group_rewards, informative_groups, train_batch
-from stages.rl_trainer import commit_rl_checkpoint, push_weights, rl_training_engine
+from stages.rl_trainer import commit_rl_checkpoint, end_of_step, policy_engine, push_weights, rl_training_engine
 from stages.stage_inputs import StageInputs
 
 
@@ -56,11 +53,7 @@ def run_grpo(config: GrpoStageConfig, stage: StageInputs, prompts: Sequence[RlPr
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens)
     share = config.prompts_per_rank(dist.world_size)
     with ExitStack() as stack:
-        client = stack.enter_context(_rollout_engine(config, workdir, dist.rank))
-        if start_step:  # the engine serves the init checkpoint: give it the resumed weights
-            push_weights(engine, workdir, start_step, dist.is_main, lambda path: client.update_weights(path, str(start_step)))
-        elif config.engine_url:  # an engine we did not start may serve anything
-            client.update_weights(config.init_checkpoint, weight_version="0")
+        client = policy_engine(stack, config, engine, workdir, dist, start_step)
         for step in range(start_step, config.max_steps):
             rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
             drawn = share * config.oversample  # this rank's prompts; `share` of them are trained on
@@ -119,22 +112,9 @@ def run_grpo(config: GrpoStageConfig, stage: StageInputs, prompts: Sequence[RlPr
                 "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,
                 "weight_version": samples[0].weight_version,
             }
-            history.append(record)
-            events.emit("step", total=config.max_steps, **record)
-            if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.max_steps:
-                uri = commit_rl_checkpoint(engine, tokenizer, config, stage, step + 1, history,
-                                           checkpoints.step_artifact_name(config.resume_prefix, step + 1), reward_refs)
-                events.emit("committed", step=step + 1, checkpoint=uri)
+            end_of_step(record, history, events, config, lambda at, name: commit_rl_checkpoint(
+                engine, tokenizer, config, stage, at, history, name, reward_refs))
 
     uri = commit_rl_checkpoint(engine, tokenizer, config, stage, config.max_steps, history, config.output_name, reward_refs)
     events.emit("done", checkpoint=uri, resumed_from=resumed_from, already_committed=False)
     return uri
-
-
-def _rollout_engine(config: GrpoStageConfig, workdir: Path, rank: int):
-    """The configured engine, or one started here on the init checkpoint for the stage's duration."""
-    if config.engine_url:
-        client = EngineClient(config.engine_url)
-        client.wait_until_healthy(30)
-        return nullcontext(client)
-    return EngineProcess(config.init_checkpoint, workdir / "engine.log", seed=config.seed * 1000 + rank)

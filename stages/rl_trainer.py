@@ -6,14 +6,17 @@ from __future__ import annotations
 import shutil
 from fnmatch import fnmatch
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 
-from infra.publish import data_input
+from infra.publish import data_input, published_contract
 from model.dsa import install_dsa_indexers, set_dense_attention
 from stages import checkpoints
-from stages.distributed import deepspeed_engine
+from rollout.client import EngineClient
+from rollout.process import EngineProcess
+from stages.distributed import Dist, deepspeed_engine
 from stages.lineage import reward_model_checkpoints, stage_lineage
 from stages.stage_inputs import StageInputs, StageIO
 
@@ -63,15 +66,42 @@ def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Ca
     return str(target)
 
 
+def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, start_step: int) -> EngineClient:
+    """The rollout engine of the policy being trained — `config.engine_url`, or one started here on the
+    init checkpoint until `stack` closes — serving the trainer's weights at `start_step`."""
+    if config.engine_url:
+        client = EngineClient(config.engine_url)
+        client.wait_until_healthy(30)
+    else:
+        client = stack.enter_context(EngineProcess(config.init_checkpoint, workdir / "engine.log",
+                                                   seed=config.seed * 1000 + dist.rank))
+    if start_step:  # the engine serves the init checkpoint: give it the resumed weights
+        push_weights(engine, workdir, start_step, dist.is_main, lambda path: client.update_weights(path, str(start_step)))
+    elif config.engine_url:  # an engine we did not start may serve anything
+        client.update_weights(config.init_checkpoint, weight_version="0")
+    return client
+
+
+def end_of_step(record: dict, history: list[dict], events, config, commit: Callable[[int, str], str | None]) -> None:
+    """Keep and announce the step's metrics, and every `checkpoint_every` steps (but the last, which the
+    stage commits under its output name) commit resume state: `commit(step, artifact name)`."""
+    history.append(record)
+    events.emit("step", total=config.max_steps, **record)
+    step = record["step"]
+    if step % config.checkpoint_every == 0 and step < config.max_steps:
+        uri = commit(step, checkpoints.step_artifact_name(config.resume_prefix, step))
+        events.emit("committed", step=step, checkpoint=uri)
+
+
 def commit_rl_checkpoint(engine, tokenizer, config: StageIO, stage: StageInputs, step: int, history: list[dict],
-                         name: str, reward_refs: Sequence = ()) -> str | None:
-    """Save and commit the trainer's state at `step` with the stage's lineage."""
+                         name: str, reward_refs: Sequence = (), teachers: Sequence = ()) -> str | None:
+    """Save and commit the trainer's state at `step` with the stage's lineage (teachers: committed artifacts)."""
     local = stage.workdir.parent / "commit" / f"step-{step}"
     checkpoints.save_local(engine, engine.module, tokenizer, local, step, {"history": history}, stage.dist.is_main)
     lineage = stage_lineage(
         name=f"{config.stage_name} {config.run_id} step {step}", config=config.model_dump(mode="json"),
-        seed=config.seed, init=stage.init, inputs=[data_input(d, None, config.dataset_contract.id) for d in stage.datasets],
+        seed=config.seed, init=stage.init, inputs=[data_input(d, None, published_contract(d)) for d in stage.datasets],
         provenance=config.provenance, reward_modules=list(reward_refs),
-        reward_models=reward_model_checkpoints(list(reward_refs), stage.store),
+        reward_models=reward_model_checkpoints(list(reward_refs), stage.store), teachers=list(teachers),
     )
     return checkpoints.commit(stage.store, name, local, lineage, stage.dist.is_main)

@@ -56,6 +56,11 @@ class StageIO(BaseModel):
             self.output_name = f"checkpoints/{self.stage_name}/{self.run_id}"
         return self
 
+    @classmethod
+    def accepts_contract(cls, contract_id: str | None) -> bool:
+        """Whether a dataset published under `contract_id` is one this stage reads."""
+        return contract_id == cls.dataset_contract.id
+
     @property
     def resume_prefix(self) -> str:
         return f"{self.output_name}-steps/"

@@ -6,16 +6,15 @@ from pathlib import Path
 import pytest
 
 from data_contracts import PROMPT_V1
-from infra.launch import LocalLauncher
 from infra.store import open_store
 from model.tokenizer import load_tokenizer
-from stages.events import parse_event
 from stages.general_rl import general_prompts
 from stages.general_rl_config import GeneralRlConfig
 from stages.prepare import publish_prompts
 from stages.sft_data import load_split
 from suites import instruct
 from suites.prepare import SuiteSizes
+from tests.stage_jobs import run_stage_job
 
 
 def published_prompts(small_store, suite: str):
@@ -23,16 +22,6 @@ def published_prompts(small_store, suite: str):
     with tempfile.TemporaryDirectory() as workdir:
         dataset, _ = publish_prompts(store, suite, SuiteSizes(40, 8), 0, Path(workdir), "tests")
     return dataset
-
-
-def run_job(config: GeneralRlConfig, workdir: Path) -> list[dict]:
-    """The general RL job as a real subprocess; its events."""
-    path = workdir / "run.json"
-    path.write_text(config.model_dump_json())
-    events = []
-    LocalLauncher(nproc=1, threads_per_proc=1).run("stages.general_rl", path,
-                                                   lambda line: (e := parse_event(line)) and events.append(e))
-    return events
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +47,7 @@ def test_general_rl_trains_on_prompts_and_records_every_mixed_module_in_lineage(
     config = GeneralRlConfig(run_id="general-steps", store=small_store["root"], init_checkpoint=small_store["init"],
                              datasets=[instruct_prompts.uri], group_size=2, prompts_per_step=2, max_steps=2,
                              max_new_tokens=12, warmup_steps=1)
-    steps = [e for e in run_job(config, tmp_path) if e["event"] == "step"]
+    steps = [e for e in run_stage_job("stages.general_rl", config, tmp_path) if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
     assert all("reward/mixed" in s and s["dropped_groups"] == 0 for s in steps)  # every instruct sample scored
     lineage = open_store(small_store["root"]).open(config.output_name).lineage()
@@ -77,7 +66,7 @@ def test_chat_prompts_train_with_the_orm_and_anchor_replies_as_off_policy_member
                              datasets=[published_prompts(small_store, "chat").uri], group_size=3, prompts_per_step=2,
                              max_steps=2, max_new_tokens=12, warmup_steps=1, anchor_members=True,
                              rewards=[{"path": "rewards.mix.MixedReward", "params": {"domains": {"chat": [orm]}}}])
-    steps = [e for e in run_job(config, tmp_path) if e["event"] == "step"]
+    steps = [e for e in run_stage_job("stages.general_rl", config, tmp_path) if e["event"] == "step"]
     # Every chat prompt has its anchor: one of the three seats of each of the two groups.
     assert [s["anchor_members"] for s in steps] == [2, 2]
     assert all(s["dropped_groups"] == 0 and 0 < s["reward/mixed"] < 1 for s in steps)

@@ -1,6 +1,8 @@
-"""A researcher swaps general RL's reward module from the UI: a deployed flow, run through Prefect's REST API."""
+"""A researcher swaps general RL's reward module from the UI: `posttrain ui` serves the deployed flow, and a
+run is created through Prefect's REST API, as the UI's Run form does."""
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -9,9 +11,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from prefect.settings import PREFECT_API_URL
-from prefect.testing.utilities import prefect_test_harness
 
+from infra.ports import free_port
 from infra.store import open_store
 from stages.prepare import publish_prompts
 from suites.prepare import SuiteSizes
@@ -31,28 +32,34 @@ class Brevity:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """A real Prefect server and `python -m flows.serve` executing the runs created for its deployments."""
+    """`posttrain ui`, as a training lead starts it: a real Prefect server on 127.0.0.1 with the UI, and
+    the deployments executing the runs created for them."""
     workdir = tmp_path_factory.mktemp("served")
-    with prefect_test_harness(server_startup_timeout=120):
-        api = PREFECT_API_URL.value()
-        env = {**os.environ, "PREFECT_API_URL": api, "POSTTRAIN_WORKDIR": str(workdir / "work"),
-               "PYTHONPATH": str(REPO)}
-        with (workdir / "serve.log").open("wb") as log:
-            server = subprocess.Popen([sys.executable, "-m", "flows.serve", "--only", "general_rl"], cwd=REPO, env=env,
-                                      stdout=log, stderr=subprocess.STDOUT)
-        try:
-            yield api, _deployment_id(api, "general_rl/general_rl", server, workdir / "serve.log")
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    port = free_port("127.0.0.1")
+    api = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(workdir / "prefect"), "POSTTRAIN_WORKDIR": str(workdir / "work"),
+           "PYTHONPATH": str(REPO)}
+    env.pop("PREFECT_API_URL", None)
+    with (workdir / "ui.log").open("wb") as log:
+        ui = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "ui", "--port", str(port), "--only", "general_rl",
+                               "--logs", str(workdir / "logs")], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield api, _deployment_id(api, "general_rl/general_rl", ui, workdir / "ui.log")
+        assert requests.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 200  # the UI itself is served
+    finally:
+        ui.send_signal(signal.SIGINT)  # as Ctrl-C: the command stops its server and deployments
+        assert ui.wait(timeout=60) == 0
 
 
 def _deployment_id(api: str, name: str, server: subprocess.Popen, log: Path) -> str:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # a new server migrates its database first
     while time.monotonic() < deadline:
-        assert server.poll() is None, f"flows.serve exited: {log.read_text()[-2000:]}"
-        answer = requests.get(f"{api}/deployments/name/{name}", timeout=10)
-        if answer.status_code == 200:
+        assert server.poll() is None, f"posttrain ui exited: {log.read_text()[-2000:]}"
+        try:
+            answer = requests.get(f"{api}/deployments/name/{name}", timeout=10)
+        except requests.ConnectionError:  # the server is still starting
+            answer = None
+        if answer is not None and answer.status_code == 200:
             return answer.json()["id"]
         time.sleep(1)
     raise TimeoutError(f"deployment {name} never registered: {log.read_text()[-2000:]}")

@@ -49,6 +49,8 @@ def test_lineage_shows_the_whole_ancestry(prepared_store):
     tree = posttrain("lineage", checkpoint)
     assert "glm5-bpe" in tree.stdout and "arith" in tree.stdout
     assert "-->|tokenizer|" in posttrain("lineage", checkpoint, "--format", "mermaid").stdout
+    dot = posttrain("lineage", checkpoint, "--format", "dot").stdout
+    assert dot.startswith("digraph lineage {") and '[label="tokenizer"]' in dot and dot.count(" -> ") >= 2
 
 
 def test_verify_passes_then_names_a_flipped_checkpoint_byte(prepared_store):

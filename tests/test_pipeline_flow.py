@@ -26,11 +26,12 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     written = json.loads((run_dir / "summary.json").read_text())
     assert (tmp_path / "runs" / "LATEST").read_text().strip() == summary["run_id"]
     assert {"run_id", "preset", "wall_s", "stages"} <= set(written)
-    sft, rl, agentic, orm, general = written["stages"]
-    for stage in (sft, rl, agentic, orm, general):
+    sft, rl, agentic, orm, general, distilled = written["stages"]
+    for stage in written["stages"]:
         assert {"stage", "checkpoint", "metrics_before", "metrics_after", "wall_s", "train_s", "train_tokens"} <= set(stage)
         assert stage["train_tokens"] > 0 and 0 < stage["train_s"] < stage["wall_s"]
-    assert [s["stage"] for s in written["stages"]] == ["sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl"]
+    assert [s["stage"] for s in written["stages"]] == ["sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl",
+                                                      "distill"]
     assert {"arith/accuracy", "format_validity", "thinking_compliance", "search/success"} <= set(sft["metrics_after"])
     assert set(rl["metrics_before"]) == set(rl["metrics_after"]) == {"arith/accuracy_greedy", "arith/accuracy_sampled"}
     # Reasoning RL starts from the SFT checkpoint, and its lineage says so.
@@ -55,11 +56,33 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
                                                                           ("reward_model", orm["checkpoint"])]
     assert general_lineage["inputs"][0]["contract"] == "prompt@1"
     assert {"rewards.mix.MixedReward", "rewards.orm.OrmScore"} <= {r["path"] for r in general_lineage["reward_modules"]}
+    # Distillation: the general RL checkpoint is the student; each RL stage's checkpoint teaches its domain.
+    distill_lineage = json.loads(Path(distilled["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
+    assert [(p["role"], p["uri"]) for p in distill_lineage["parents"]] == [
+        ("init", general["checkpoint"]), ("teacher", rl["checkpoint"]), ("teacher", agentic["checkpoint"]),
+        ("teacher", general["checkpoint"])]
+    assert {i["contract"] for i in distill_lineage["inputs"]} == {"chat@1", "prompt@1"}
+    assert set(distilled["retention"]) == {"reasoning_rl", "agentic_rl", "general_rl"}
+    assert distilled["teacher_scores"]["reasoning_rl/arith/accuracy_sampled"] == rl["metrics_after"]["arith/accuracy_sampled"]
+    assert {"reasoning_rl/arith/accuracy_sampled", "agentic_rl/tool_success", "general_rl/rule_compliance"} <= set(
+        distilled["metrics_after"])
     report = (run_dir / "report.md").read_text()
-    for name in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl"):
+    for name in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl", "distill"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
+    # Each trained stage has its wandb run (offline), with the lineage record attached.
+    wandb_dir = tmp_path / "work" / Path(distilled["checkpoint"]).name / "wandb" / "wandb"
+    (offline_run,) = wandb_dir.glob("offline-run-*")
+    assert any(offline_run.rglob("*.wandb"))
+    assert distill_lineage["wandb_run"] == f"posttrain/{Path(distilled['checkpoint']).name}"
 
-    again = pipeline(params)
+    again = pipeline(params)  # nothing changed: every stage is found committed and none retrains
     assert [stage["checkpoint"] for stage in again["stages"]] == [s["checkpoint"] for s in written["stages"]]
     assert [stage["metrics_after"] for stage in again["stages"]] == [s["metrics_after"] for s in written["stages"]]
+    assert all(stage["train_s"] == 0.0 for stage in again["stages"])
     assert Path(again["report"]).exists()
+
+    # Started at general RL from the agentic checkpoint: the ORM's trunk and distillation's teachers come
+    # from that checkpoint's lineage, so the stages are the full run's and are found committed.
+    resumed = pipeline(params.model_copy(update={"from_stage": "general_rl", "init": agentic["checkpoint"]}))
+    assert [(s["stage"], s["checkpoint"]) for s in resumed["stages"]] == [
+        (s["stage"], s["checkpoint"]) for s in written["stages"][3:]]

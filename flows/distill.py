@@ -1,0 +1,85 @@
+"""The distillation flow: each teacher's domain scored for the teacher and for the student before and
+after, the training job between, and what the student keeps of each teacher."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+from prefect import flow, task
+
+from flows.cards import publish_retention_table, publish_stage
+from flows.job import train_stage, with_flow_provenance, with_shared_engine
+from flows.stage_checks import validate_stage_inputs
+from infra.store import open_store
+from stages.distill_config import DistillConfig, TeacherSpec
+from stages.eval_agentic import AgenticEvalSettings, evaluate_agentic
+from stages.eval_general import GeneralEvalSettings, evaluate_general
+from stages.eval_sampled import SampledEvalSettings, evaluate_sampled
+from stages.general_rl_config import GeneralRlConfig
+from stages.grpo_config import RewardSpec
+
+# The score a teacher's domain is judged by: what its own stage raised.
+HEADLINE = {"reasoning_rl": "arith/accuracy_sampled", "agentic_rl": "tool_success", "general_rl": "rule_compliance"}
+
+
+@dataclass(frozen=True)
+class DistillEvalSettings:
+    """How each teacher's domain is evaluated: the settings its own stage used, so a teacher's score is
+    the committed evaluation of that stage, read back, and the student is measured alike."""
+
+    sampled: SampledEvalSettings = field(default_factory=SampledEvalSettings)
+    agentic: AgenticEvalSettings = field(default_factory=AgenticEvalSettings)
+    agentic_tasks: tuple[str, ...] = ("calc", "search")
+    general: GeneralEvalSettings = field(default_factory=GeneralEvalSettings)
+    general_rewards: list[RewardSpec] = field(
+        default_factory=lambda: GeneralRlConfig.model_fields["rewards"].get_default(call_default_factory=True))
+
+
+@task
+def train_distill(config: DistillConfig, nproc: int) -> dict:
+    return train_stage("distill", "stages.distill", config, nproc)
+
+
+@task
+def evaluate_domain(store_root: str | None, checkpoint: str, teacher: TeacherSpec, settings: DistillEvalSettings,
+                    engine_url: str | None) -> dict[str, float]:
+    """`checkpoint` on the held-out split of `teacher`'s domain, as the teacher's stage evaluates it."""
+    store = open_store(store_root)
+    if teacher.source == "reasoning_rl":
+        return evaluate_sampled(store, checkpoint, teacher.datasets[0], settings.sampled, engine_url)
+    if teacher.source == "agentic_rl":
+        return evaluate_agentic(store, checkpoint, teacher.datasets, list(settings.agentic_tasks), settings.agentic,
+                                engine_url)
+    return evaluate_general(store, checkpoint, teacher.datasets, settings.general_rewards, settings.general, engine_url)
+
+
+def by_teacher(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
+    return {f"{source}/{name}": value for source, named in metrics.items() for name, value in named.items()}
+
+
+@flow(name="distill", log_prints=True)
+def distill(config: DistillConfig, nproc: int = 1, eval_settings: DistillEvalSettings | None = None) -> dict:
+    """On-policy distillation of every teacher into the student; per teacher domain: the teacher's score,
+    the student's before and after, and the share of the teacher's score the student keeps."""
+    config = with_flow_provenance(config)
+    validate_stage_inputs(config, "distill")
+    eval_settings = eval_settings or DistillEvalSettings()
+    with ExitStack() as stack:
+        config = with_shared_engine(stack, config, nproc)
+        teachers = {t.source: evaluate_domain(config.store, t.checkpoint, t, eval_settings, config.engine_url)
+                    for t in config.teachers}
+        before = {t.source: evaluate_domain(config.store, config.init_checkpoint, t, eval_settings, config.engine_url)
+                  for t in config.teachers}
+        trained = train_distill(config, nproc)
+        after = {t.source: evaluate_domain(config.store, trained["checkpoint"], t, eval_settings, config.engine_url)
+                 for t in config.teachers}
+    retention = {source: after[source][HEADLINE[source]] / teachers[source][HEADLINE[source]]
+                 if teachers[source][HEADLINE[source]] else float("nan") for source in teachers}
+    publish_stage("distill", config, trained, by_teacher(before), by_teacher(after))
+    publish_retention_table({source: (HEADLINE[source], teachers[source][HEADLINE[source]],
+                                      before[source][HEADLINE[source]], after[source][HEADLINE[source]])
+                             for source in teachers})
+    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
+            "metrics_before": by_teacher(before), "metrics_after": by_teacher(after),
+            "teacher_scores": by_teacher(teachers), "retention": retention}

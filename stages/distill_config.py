@@ -1,0 +1,56 @@
+"""The distillation stage's config: the student, its teachers and each teacher's prompt set."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from data_contracts import CHAT_V1, PROMPT_V1
+from stages.grpo_config import OnPolicyConfig
+
+# The stages whose final checkpoints teach, and so how their domain is evaluated (flows/distill.py).
+TeacherSource = Literal["reasoning_rl", "agentic_rl", "general_rl"]
+
+
+class TeacherSpec(BaseModel):
+    """One teacher: a committed checkpoint and the datasets of the RL prompts it was trained on."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: TeacherSource
+    checkpoint: str = Field(..., min_length=1)
+    datasets: list[str] = Field(..., min_length=1, description="chat@1 or prompt@1 datasets whose train prompts it scores")
+    engine_url: str | None = Field(None, description="A running engine serving this teacher (ours or SGLang); "
+                                                     "default: start one in the job.")
+    share: int = Field(1, ge=1, description="its prompts' share of every batch, relative to the other teachers'")
+
+
+class DistillConfig(OnPolicyConfig):
+    """On-policy distillation (SPEC Eq. 2): the student samples one response per prompt (G = 1), the
+    prompt's own teacher scores it, and the per-token advantage is log π_teacher − log π_student."""
+
+    stage_name: ClassVar[str] = "distill"
+    dataset_contract = CHAT_V1  # and prompt@1 (accepts_contract): general RL's prompts are prompt@1
+
+    teachers: list[TeacherSpec] = Field(..., min_length=1)
+    datasets: list[str] = Field(default_factory=list, description="Filled from the teachers' datasets.")
+    prompts_per_step: int = Field(24, ge=1, description="split over the teachers by their shares")
+    max_steps: int = Field(20, ge=1)
+    lr: float = Field(2e-5, gt=0)
+    warmup_steps: int = Field(2, ge=0)
+    engine_url: str | None = Field(None, description="A running engine for the student; default: start one here.")
+
+    @classmethod
+    def accepts_contract(cls, contract_id: str | None) -> bool:
+        return contract_id in (CHAT_V1.id, PROMPT_V1.id)
+
+    @model_validator(mode="after")
+    def _datasets_are_the_teachers(self):
+        sources = [teacher.source for teacher in self.teachers]
+        if len(set(sources)) != len(sources):
+            raise ValueError(f"teachers: each source teaches once, got {sources}")
+        taught = sorted({uri for teacher in self.teachers for uri in teacher.datasets})
+        if self.datasets and sorted(self.datasets) != taught:
+            raise ValueError(f"datasets {sorted(self.datasets)} differ from the teachers' datasets {taught}")
+        self.datasets = taught
+        return self

@@ -1,0 +1,54 @@
+"""The teachers of on-policy distillation: one inference engine each, scoring the student's samples.
+
+Scoring is a prefill: the engine receives the exact token ids the student's engine produced
+(prompt + response, TITO) with `max_new_tokens` 0 and `return_logprob`, as SGLang's `/generate`
+takes them, and returns log π_teacher of every token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+from rollout.client import EngineClient, Sample
+from rollout.process import EngineProcess
+from stages.distill_config import TeacherSpec
+
+
+def teacher_engines(stack: ExitStack, teachers: Sequence[TeacherSpec], workdir: Path, seed: int) -> dict[str, EngineClient]:
+    """{source: client}: the configured engine of each teacher, or one started here until `stack` closes.
+    The started ones launch side by side before any is waited on: each takes seconds to load."""
+    started: dict[str, EngineProcess] = {}
+    for teacher in teachers:
+        if teacher.engine_url is None:
+            engine = EngineProcess(teacher.checkpoint, workdir / f"teacher-{teacher.source}.log", seed=seed)
+            stack.callback(engine.stop)
+            engine.launch()
+            started[teacher.source] = engine
+    clients = {}
+    for teacher in teachers:
+        if teacher.engine_url is not None:
+            clients[teacher.source] = EngineClient(teacher.engine_url)
+            clients[teacher.source].wait_until_healthy(30)
+            # An engine we did not start may serve anything: make it serve the teacher.
+            clients[teacher.source].update_weights(teacher.checkpoint)
+        else:
+            clients[teacher.source] = started[teacher.source].wait_ready()
+    return clients
+
+
+def teacher_logprobs(engines: Mapping[str, EngineClient], sources: Sequence[str], samples: Sequence[Sample]) -> list[list[float]]:
+    """log π_teacher of each sample's response tokens, scored by the teacher `sources[i]` names,
+    one batched request per teacher."""
+    result: list[list[float] | None] = [None] * len(samples)
+    for source in dict.fromkeys(sources):
+        rows = [i for i, s in enumerate(sources) if s == source]
+        scored = engines[source].prompt_logprobs([samples[i].prompt_ids + samples[i].output_ids for i in rows])
+        for i, logprobs in zip(rows, scored, strict=True):
+            response = logprobs[len(samples[i].prompt_ids):]
+            if len(response) != len(samples[i].output_ids) or any(lp is None for lp in response):
+                raise ValueError(f"teacher {source} returned {len(response)} logprobs for a response of "
+                                 f"{len(samples[i].output_ids)} tokens")
+            result[i] = response
+    return result

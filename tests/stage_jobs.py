@@ -1,0 +1,16 @@
+"""Run a stage job as a real subprocess, as a flow does, and keep its progress events."""
+
+from pathlib import Path
+
+from infra.launch import LocalLauncher
+from stages.events import parse_event
+from stages.stage_inputs import StageIO
+
+
+def run_stage_job(module: str, config: StageIO, workdir: Path) -> list[dict]:
+    path = workdir / "run.json"
+    path.write_text(config.model_dump_json())
+    events = []
+    LocalLauncher(nproc=1, threads_per_proc=1).run(module, path,
+                                                   lambda line: (e := parse_event(line)) and events.append(e))
+    return events

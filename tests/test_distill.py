@@ -1,0 +1,49 @@
+"""The distillation job end to end on the tiny model: teachers on their own engines, lineage with teacher parents."""
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from infra.store import open_store
+from stages.distill_config import DistillConfig, TeacherSpec
+from stages.prepare import publish_prompts
+from suites.prepare import SuiteSizes
+from tests.stage_jobs import run_stage_job
+from tests.sft_fixtures import run_sft, small_config
+
+
+@pytest.fixture(scope="module")
+def sft_checkpoint(small_store, tmp_path_factory):
+    """A checkpoint that differs from the initial one: a teacher whose logprobs are not the student's."""
+    config = small_config(small_store, "distill-teacher", max_steps=6)
+    run_sft(config, tmp_path_factory.mktemp("teacher"))
+    return open_store(small_store["root"]).open(config.output_name).uri
+
+
+def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(small_store, sft_checkpoint, tmp_path,
+                                                                                monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    store = open_store(small_store["root"])
+    with tempfile.TemporaryDirectory() as workdir:
+        instruct, _ = publish_prompts(store, "instruct", SuiteSizes(24, 8), 0, Path(workdir), "tests")
+    arith = next(uri for uri in small_store["datasets"] if "/arith-" in uri)
+    # The reasoning teacher is the student itself: on its prompts log π_teacher = log π_student, so
+    # the advantage (and the KL) is 0 up to float error; the general teacher is another model.
+    teachers = [TeacherSpec(source="reasoning_rl", checkpoint=small_store["init"], datasets=[arith]),
+                TeacherSpec(source="general_rl", checkpoint=sft_checkpoint, datasets=[instruct.uri])]
+    config = DistillConfig(run_id="distill-steps", store=small_store["root"], init_checkpoint=small_store["init"],
+                           teachers=teachers, prompts_per_step=4, max_steps=2, max_new_tokens=12, warmup_steps=1)
+    events = run_stage_job("stages.distill", config, tmp_path)
+    steps = [e for e in events if e["event"] == "step"]
+    assert [s["step"] for s in steps] == [1, 2]
+    assert abs(steps[0]["kl/reasoning_rl"]) < 1e-3
+    assert steps[0]["kl/general_rl"] > 0.01  # 6 SFT steps apart: a small but real gap
+    assert all(s["trained_tokens"] > 0 and s["pop_masked_fraction"] == 0.0 for s in steps)
+
+    lineage = store.open(config.output_name).lineage()
+    assert [(p["role"], p["uri"]) for p in lineage["parents"]] == [
+        ("init", small_store["init"]), ("teacher", small_store["init"]), ("teacher", sft_checkpoint)]
+    assert {(i["uri"], i["contract"]) for i in lineage["inputs"]} == {(arith, "chat@1"), (instruct.uri, "prompt@1")}
+    done = [e for e in events if e["event"] == "done"]
+    assert done[0]["checkpoint"] == store.open(config.output_name).uri

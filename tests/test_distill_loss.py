@@ -1,0 +1,83 @@
+"""On-policy distillation's per-token advantage inside the Eq. 1 objective, against values by hand (SPEC Eq. 2)."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from rollout.client import Sample
+from stages.distill_config import DistillConfig, TeacherSpec
+from stages.distill_data import draw_prompts
+from stages.distill_loss import distill_advantages, response_aligned, reverse_kl_by_teacher
+from stages.grpo_loss import grpo_icepop_loss
+from stages.rl_rollouts import RlPrompt
+
+
+def t(rows):
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def sample(prompt, output):
+    return Sample(prompt_ids=prompt, output_ids=output, output_logprobs=[0.0] * len(output), finish_reason="stop",
+                  weight_version="0")
+
+
+def test_each_token_is_pushed_by_its_own_teacher_student_gap():
+    log = math.log
+    # One response, three tokens: the teacher likes token 1 more, token 2 less, token 3 equally.
+    logp_student = t([[log(0.5), log(0.5), log(0.25)]]).requires_grad_(True)
+    logp_teacher = t([[log(0.8), log(0.2), log(0.25)]])
+    mask = t([[1, 1, 1]])
+    advantages = distill_advantages(logp_teacher, logp_student, mask)
+    assert torch.allclose(advantages, t([[log(1.6), log(0.4), 0.0]]))
+    assert not advantages.requires_grad  # sg[·]: the advantage is a constant of the step
+    loss, _ = grpo_icepop_loss(logp_student, logp_student.detach(), logp_student.detach(), advantages, mask)
+    # r = ρ = 1: L = −(1/3) Σ_t A_t, and ∂L/∂log π_θ(y_t) = −A_t / 3.
+    assert loss.item() == pytest.approx(-(log(1.6) + log(0.4)) / 3)
+    loss.backward()
+    assert torch.allclose(logp_student.grad, -advantages / 3)
+
+
+def test_per_token_advantages_keep_the_icepop_gate_and_the_clip():
+    log = math.log
+    # Token 1: r = 1.5 with A > 0 is clipped at 1.28. Token 2: ρ = 3 is outside β = 2 and popped.
+    logp_new, logp_old, logp_infer = t([[log(1.5), 0.0]]), t([[0.0, log(3.0)]]), t([[0.0, 0.0]])
+    loss, stats = grpo_icepop_loss(logp_new, logp_old, logp_infer, t([[1.0, 5.0]]), t([[1, 1]]))
+    assert loss.item() == pytest.approx(-1.28 / 2)
+    assert stats["pop_masked_fraction"] == pytest.approx(0.5)
+    assert stats["clip_fraction"] == pytest.approx(0.5)
+
+
+def test_teacher_logprobs_land_on_the_response_targets_and_kl_is_reported_per_teacher():
+    samples = [sample([1, 2, 3], [4, 5]), sample([1], [6, 7, 8])]
+    aligned = response_aligned(samples, [[-1.0, -2.0], [-3.0, -4.0, -5.0]], width=4)
+    # Target t predicts token t + 1: the first response token of a 3-token prompt is target 2.
+    assert aligned.tolist() == [[0.0, 0.0, -1.0, -2.0], [-3.0, -4.0, -5.0, 0.0]]
+    mask = (aligned != 0).float()
+    kl = reverse_kl_by_teacher(aligned, torch.zeros_like(aligned), mask, ["reasoning_rl", "general_rl"])
+    assert kl == {"kl/reasoning_rl": pytest.approx(1.5), "kl/general_rl": pytest.approx(4.0)}
+
+
+def test_teachers_take_turns_in_every_batch_by_their_shares():
+    prompts = {source: [RlPrompt(f"{source}-{i}", (), None, [i], {"teacher": source}) for i in range(size)]
+               for source, size in (("reasoning_rl", 1000), ("general_rl", 3))}
+    drawn = draw_prompts(prompts, {"reasoning_rl": 1, "general_rl": 1}, 6, random.Random(0))
+    assert [p.metadata["teacher"] for p in drawn] == ["reasoning_rl", "general_rl"] * 3
+    assert drawn == draw_prompts(prompts, {"reasoning_rl": 1, "general_rl": 1}, 6, random.Random(0))  # seeded
+    weighted = draw_prompts(prompts, {"reasoning_rl": 1, "general_rl": 2}, 6, random.Random(0))
+    assert [p.metadata["teacher"] for p in weighted] == ["reasoning_rl", "general_rl", "general_rl"] * 2
+
+
+def test_config_takes_its_datasets_from_the_teachers_and_refuses_a_teacher_twice():
+    teachers = [TeacherSpec(source="reasoning_rl", checkpoint="c1", datasets=["d/arith"]),
+                TeacherSpec(source="agentic_rl", checkpoint="c2", datasets=["d/search", "d/calc"])]
+    config = DistillConfig(run_id="d", init_checkpoint="c3", teachers=teachers)
+    assert config.datasets == ["d/arith", "d/calc", "d/search"]
+    assert config.output_name == "checkpoints/distill/d"
+    with pytest.raises(ValueError, match="each source teaches once"):
+        DistillConfig(run_id="d", init_checkpoint="c3", teachers=teachers + teachers[:1])
+    with pytest.raises(ValueError, match="differ from the teachers' datasets"):
+        DistillConfig(run_id="d", init_checkpoint="c3", teachers=teachers, datasets=["d/other"])
+    with pytest.raises(ValueError, match="source"):
+        TeacherSpec(source="sft", checkpoint="c1", datasets=["d/arith"])
