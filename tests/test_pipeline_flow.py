@@ -1,6 +1,8 @@
 """The pipeline as a Prefect flow on a real (temporary) Prefect server, with the smoke preset."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,15 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     resumed = pipeline(params.model_copy(update={"from_stage": "general_rl", "init": agentic["checkpoint"]}))
     assert [(s["stage"], s["checkpoint"]) for s in resumed["stages"]] == [
         (s["stage"], s["checkpoint"]) for s in written["stages"][3:]]
+
+    # The auditor's check on the final checkpoint: every byte of the whole DAG matches, until one byte of
+    # a data input two stages up (general RL's prompts) changes, and the report names that file.
+    posttrain = [str(Path(sys.executable).with_name("posttrain")), "lineage", distilled["checkpoint"], "--verify"]
+    assert subprocess.run(posttrain, capture_output=True, text=True, timeout=300).returncode == 0
+    prompts = next(i["uri"] for i in general_lineage["inputs"])
+    parquet = Path(prompts.removeprefix("file://")) / "test.parquet"
+    data = bytearray(parquet.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    parquet.write_bytes(bytes(data))
+    failed = subprocess.run(posttrain, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1 and f"MISMATCH {prompts}" in failed.stderr and "test.parquet" in failed.stderr
