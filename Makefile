@@ -24,6 +24,10 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 60
+# The demo and the tests start dozens of Python processes; each reuses the bytecode the first one
+# compiled (nothing is compiled at install time), so bytecode caching stays on even where the
+# environment turns it off.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv demo test clean
 

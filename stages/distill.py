@@ -89,7 +89,7 @@ def distill(config: DistillConfig, stage: StageInputs) -> str:
             push_weights(engine, workdir, step + 1, dist.is_main, lambda path: student.update_weights(path, str(step + 1)))
 
             lengths = [len(s.output_ids) for s in samples]
-            kl = reverse_kl_by_teacher(logp_teacher, logp_old, batch.response_mask, sources)
+            kl = reverse_kl_by_teacher(logp_teacher, logp_old, batch.response_mask, sources, list(shares))
             record = {
                 "step": step + 1, "loss": all_mean(float(loss)), "lr": engine.get_lr()[0],
                 "reverse_kl": all_mean(float(-(advantages.sum() / batch.response_mask.sum()))),

@@ -29,12 +29,13 @@ def distill_advantages(logp_teacher: torch.Tensor, logp_student: torch.Tensor, m
 
 
 def reverse_kl_by_teacher(logp_teacher: torch.Tensor, logp_student: torch.Tensor, mask: torch.Tensor,
-                          sources: Sequence[str]) -> dict[str, float]:
-    """{"kl/<teacher>": mean over its response tokens of log π_student − log π_teacher}: the sampled
-    estimate of KL(student ‖ teacher) per token, the quantity distillation drives down."""
+                          sources: Sequence[str], teachers: Sequence[str]) -> dict[str, float]:
+    """{"kl/<teacher>": mean over its response tokens of log π_student − log π_teacher} for every teacher
+    (0 for one with no row here, so every rank reports the same keys): the sampled estimate of
+    KL(student ‖ teacher) per token, the quantity distillation drives down. `sources[i]` names row i's teacher."""
     gap = (logp_student.detach() - logp_teacher) * mask
     stats = {}
-    for source in dict.fromkeys(sources):
-        rows = torch.tensor([s == source for s in sources])
-        stats[f"kl/{source}"] = float(gap[rows].sum() / mask[rows].sum().clamp(min=1))
+    for teacher in teachers:
+        rows = torch.tensor([s == teacher for s in sources])
+        stats[f"kl/{teacher}"] = float(gap[rows].sum() / mask[rows].sum().clamp(min=1))
     return stats

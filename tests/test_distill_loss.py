@@ -55,8 +55,9 @@ def test_teacher_logprobs_land_on_the_response_targets_and_kl_is_reported_per_te
     # Target t predicts token t + 1: the first response token of a 3-token prompt is target 2.
     assert aligned.tolist() == [[0.0, 0.0, -1.0, -2.0], [-3.0, -4.0, -5.0, 0.0]]
     mask = (aligned != 0).float()
-    kl = reverse_kl_by_teacher(aligned, torch.zeros_like(aligned), mask, ["reasoning_rl", "general_rl"])
-    assert kl == {"kl/reasoning_rl": pytest.approx(1.5), "kl/general_rl": pytest.approx(4.0)}
+    kl = reverse_kl_by_teacher(aligned, torch.zeros_like(aligned), mask, ["reasoning_rl", "general_rl"],
+                               ["reasoning_rl", "agentic_rl", "general_rl"])
+    assert kl == {"kl/reasoning_rl": pytest.approx(1.5), "kl/agentic_rl": 0.0, "kl/general_rl": pytest.approx(4.0)}
 
 
 def test_teachers_take_turns_in_every_batch_by_their_shares():
