@@ -62,10 +62,18 @@ def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Ca
     except KeyboardInterrupt:
         return 0
     finally:
-        for process in (deployments, server):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+        stop_all([p for p in (deployments, server) if p is not None])
+
+
+def stop_all(processes: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """SIGTERM to all at once, then SIGKILL to whatever still runs after `grace_s`."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -48,7 +48,7 @@ def served(tmp_path_factory):
         assert requests.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 200  # the UI itself is served
     finally:
         ui.send_signal(signal.SIGINT)  # as Ctrl-C: the command stops its server and deployments
-        assert ui.wait(timeout=60) == 0
+        assert ui.wait(timeout=120) == 0
 
 
 def _deployment_id(api: str, name: str, server: subprocess.Popen, log: Path) -> str:
