@@ -8,6 +8,7 @@ lead creates from the UI's Run form. Ctrl-C stops both.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,10 @@ def wait_for_api(api: str, server: subprocess.Popen, log_path: Path, timeout_s: 
 def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Callable[[str], None],
              startup_timeout_s: float = 120.0) -> int:
     """Run the server and the deployments until interrupted or until either exits; returns an exit code."""
+    # Ctrl-C and SIGTERM stop the command even where it was started with SIGINT ignored (a shell's
+    # background job), which would leave Python without its KeyboardInterrupt handler.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, _interrupt)
     api = f"http://{host}:{port}/api"
     env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_UI_API_URL": api, "PREFECT_SERVER_API_HOST": host,
            "PREFECT_SERVER_API_PORT": str(port)}
@@ -63,6 +68,10 @@ def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Ca
         return 0
     finally:
         stop_all([p for p in (deployments, server) if p is not None])
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def stop_all(processes: list[subprocess.Popen], grace_s: float = 10.0) -> None:
