@@ -11,17 +11,16 @@ from infra.store import open_store
 from stages.stage_inputs import StageIO
 
 
-def publish_stage(stage: str, config: StageIO, trained: dict, before: dict[str, float], after: dict[str, float]) -> Lineage:
+def publish_stage(stage: str, config: StageIO, trained: dict, before: dict[str, float], after: dict[str, float]) -> None:
     """The metrics table and lineage card of the trained checkpoint, and its wandb run; a stage that was
-    not retrained (its output committed before) published them when it was. Returns the lineage."""
-    lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
+    not retrained (its output committed before) published them when it was."""
     if trained.get("skipped"):
-        return lineage
+        return
+    lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
     publish_metrics_table(stage, before, after)
     publish_lineage_card(stage, trained["checkpoint"], lineage)
     track_stage(stage, config, trained["history"], before, after, trained["checkpoint"], lineage,
                 stage_workdir(config) / "wandb")
-    return lineage
 
 
 def publish_metrics_table(stage: str, before: dict[str, float], after: dict[str, float]) -> None:

@@ -36,9 +36,14 @@ def lineage(
     """Show the ancestry of a checkpoint: parents, teachers, data inputs, code, config and reward modules."""
     from infra.lineage import ancestry_dot, ancestry_json, ancestry_mermaid, load_ancestry, verify_ancestry
     from infra.store import open_artifact, open_store
+    from infra.store.errors import ArtifactStoreError
 
-    resolved = uri if "://" in uri else open_store().open(uri).uri
-    root = load_ancestry(resolved, open_artifact)
+    try:
+        resolved = uri if "://" in uri else open_store().open(uri).uri
+        root = load_ancestry(resolved, open_artifact)
+    except ArtifactStoreError as error:  # not committed, or an ancestor missing: the message names it
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
     if as_json or output_format is LineageFormat.json:
         typer.echo(json.dumps(ancestry_json(root), indent=2))
     elif output_format is LineageFormat.mermaid:

@@ -1,6 +1,7 @@
 """`posttrain prepare` then `posttrain lineage`: the ancestry, its JSON, and byte-level verification."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,15 @@ def test_verify_names_a_changed_byte_in_an_ancestors_data_input(prepared_store):
         assert f"{dataset}" in result.stderr and "train.parquet" in result.stderr
     finally:
         parquet.write_bytes(original)
+
+
+def test_a_name_not_committed_in_the_store_is_a_one_line_error_naming_it(prepared_store):
+    root, _ = prepared_store
+    result = subprocess.run([POSTTRAIN, "lineage", "checkpoints/sft/never-trained", "--verify"], capture_output=True,
+                            text=True, timeout=300, env=os.environ | {"POSTTRAIN_STORE": str(root / "store")})
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "checkpoints/sft/never-trained" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_prepare_and_lineage_over_s3(s3_root, moto_endpoint, tmp_path):
