@@ -62,6 +62,9 @@ def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
         lines += [f"## {name}", "", f"- checkpoint: `{stage['checkpoint']}`",
                   f"- wall time: {stage['wall_s']:.0f} s, of which the training job {stage['train_s']:.0f} s "
                   f"(the rest is evaluation before and after); trained tokens: {stage['train_tokens']:,}", ""]
+        if "retention" in stage:  # distillation: the share of each teacher's headline score the student keeps
+            lines += ["- kept of each teacher's score: " + ", ".join(
+                f"{teacher} {kept:.3f}" for teacher, kept in stage["retention"].items()), ""]
         lines += _metrics_table(stage["metrics_before"], stage["metrics_after"], extra_columns.get(name, {}))
         curve = plot_curves(name, histories.get(name, []), run_dir)
         if curve:

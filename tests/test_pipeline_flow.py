@@ -71,6 +71,7 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
     report = (run_dir / "report.md").read_text()
     for name in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl", "distill"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
+    assert "kept of each teacher's score: reasoning_rl " in report
     # Each trained stage has its wandb run (offline), with the lineage record attached.
     wandb_dir = tmp_path / "work" / Path(distilled["checkpoint"]).name / "wandb" / "wandb"
     (offline_run,) = wandb_dir.glob("offline-run-*")
