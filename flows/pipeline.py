@@ -108,7 +108,7 @@ def general_rl_config(params: PipelineParams, prepared: dict, init_checkpoint: s
 
 def distill_config(params: PipelineParams, student: str, teachers: list[TeacherSpec]) -> DistillConfig:
     preset = get_preset(params.preset)
-    fields = dict(preset.distill, store=params.store, seed=params.seed, init_checkpoint=student,
+    fields = dict(preset.distill, store=params.store, seed=params.seed, data_seed=params.seed, init_checkpoint=student,
                   teachers=[teacher.model_dump() for teacher in teachers])
     return DistillConfig(run_id=stage_run_id("distill", fields), **fields)
 
@@ -231,11 +231,13 @@ def agentic_tasks(preset) -> list[str]:
 
 
 def distill_teachers(params: PipelineParams, prepared: dict, outputs: dict[str, str]) -> list[TeacherSpec]:
-    """The final checkpoint of each RL stage the run has one of, with the datasets of its prompt set."""
+    """The final checkpoint of each RL stage the run has one of, with the datasets of its prompt set; the
+    agentic teacher's prompts are played as whole episodes of its stage's tasks."""
     preset = get_preset(params.preset)
     datasets = prepared["datasets"]
     prompt_sets = {"reasoning_rl": [datasets["arith"]], "agentic_rl": sorted([datasets["calc"], datasets["search"]]),
                    "general_rl": sorted(prepared["prompts"][suite] for suite in preset.general_suites)}
+    episodes = {"agentic_rl": sorted(agentic_tasks(preset))}
     return [TeacherSpec(source=source, checkpoint=outputs[source], datasets=prompt_sets[source],
-                        share=preset.distill_shares.get(source, 1))
+                        share=preset.distill_shares.get(source, 1), agent_tasks=episodes.get(source, []))
             for source in prompt_sets if source in outputs]

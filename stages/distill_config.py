@@ -7,6 +7,8 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
+from rollout.orchestrator import EpisodeSettings
+from stages.agentic_rl_config import TASK_OF_SUITE
 from stages.grpo_config import OnPolicyConfig
 
 # The stages whose final checkpoints teach, and so how their domain is evaluated (flows/distill.py).
@@ -23,6 +25,16 @@ class TeacherSpec(BaseModel):
     engine_url: str | None = Field(None, description="A running engine serving this teacher (ours or SGLang); "
                                                      "default: start one in the job.")
     share: int = Field(1, ge=1, description="its prompts' share of every batch, relative to the other teachers'")
+    agent_tasks: list[str] = Field(default_factory=list, description=(
+        "Play this teacher's prompts as whole agent episodes against these tasks' services (the student "
+        "samples every turn, the teacher scores every turn); default: the first reply only."))
+
+    @model_validator(mode="after")
+    def _known_tasks(self):
+        unknown = sorted(set(self.agent_tasks) - set(TASK_OF_SUITE.values()))
+        if unknown:
+            raise ValueError(f"teacher {self.source}: unknown agent_tasks {unknown}; known: {sorted(TASK_OF_SUITE.values())}")
+        return self
 
 
 class DistillConfig(OnPolicyConfig):
@@ -39,6 +51,9 @@ class DistillConfig(OnPolicyConfig):
     lr: float = Field(2e-5, gt=0)
     warmup_steps: int = Field(2, ge=0)
     engine_url: str | None = Field(None, description="A running engine for the student; default: start one here.")
+    episode: EpisodeSettings = Field(default_factory=EpisodeSettings,
+                                     description="turns and context management of the agent episodes")
+    data_seed: int = Field(0, description="the seed the suites were generated with (rebuilds search graphs)")
 
     @classmethod
     def accepts_contract(cls, contract_id: str | None) -> bool:

@@ -10,15 +10,13 @@ from collections.abc import Sequence
 
 import torch
 
-from rollout.client import Sample
 
-
-def response_aligned(samples: Sequence[Sample], values: Sequence[Sequence[float]], width: int) -> torch.Tensor:
-    """[N, width] with each sample's per-response-token `values` at its targets (as stages/rl_rollouts.py
-    aligns the batch: target t predicts token t + 1), zeros elsewhere."""
-    out = torch.zeros((len(samples), width), dtype=torch.float32)
-    for row, (sample, row_values) in enumerate(zip(samples, values, strict=True)):
-        start = len(sample.prompt_ids) - 1
+def response_aligned(prompt_lengths: Sequence[int], values: Sequence[Sequence[float]], width: int) -> torch.Tensor:
+    """[N, width] with each row's per-response-token `values` at its targets (as stages/rl_rollouts.py
+    aligns the batch: target t predicts token t + 1), zeros elsewhere; `prompt_lengths[i]` is row i's prompt length."""
+    out = torch.zeros((len(values), width), dtype=torch.float32)
+    for row, (prompt_length, row_values) in enumerate(zip(prompt_lengths, values, strict=True)):
+        start = prompt_length - 1
         out[row, start:start + len(row_values)] = torch.tensor(row_values, dtype=torch.float32)
     return out
 

@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from rollout.client import EngineClient, Sample
+from rollout.client import EngineClient
 from rollout.process import EngineProcess
 from stages.distill_config import TeacherSpec
+from stages.distill_rows import StudentRow
 
 
 def teacher_engines(stack: ExitStack, teachers: Sequence[TeacherSpec], workdir: Path, seed: int) -> dict[str, EngineClient]:
@@ -38,17 +39,17 @@ def teacher_engines(stack: ExitStack, teachers: Sequence[TeacherSpec], workdir: 
     return clients
 
 
-def teacher_logprobs(engines: Mapping[str, EngineClient], sources: Sequence[str], samples: Sequence[Sample]) -> list[list[float]]:
-    """log π_teacher of each sample's response tokens, scored by the teacher `sources[i]` names,
-    one batched request per teacher."""
-    result: list[list[float] | None] = [None] * len(samples)
-    for source in dict.fromkeys(sources):
-        rows = [i for i, s in enumerate(sources) if s == source]
-        scored = engines[source].prompt_logprobs([samples[i].prompt_ids + samples[i].output_ids for i in rows])
-        for i, logprobs in zip(rows, scored, strict=True):
-            response = logprobs[len(samples[i].prompt_ids):]
-            if len(response) != len(samples[i].output_ids) or any(lp is None for lp in response):
+def teacher_logprobs(engines: Mapping[str, EngineClient], rows: Sequence[StudentRow]) -> list[list[float]]:
+    """log π_teacher of each row's response tokens, scored by the teacher the row names, one batched
+    request per teacher (environment tokens inside an episode's response are scored too; the mask drops them)."""
+    result: list[list[float] | None] = [None] * len(rows)
+    for source in dict.fromkeys(row.teacher for row in rows):
+        mine = [i for i, row in enumerate(rows) if row.teacher == source]
+        scored = engines[source].prompt_logprobs([rows[i].prompt_ids + rows[i].response_ids for i in mine])
+        for i, logprobs in zip(mine, scored, strict=True):
+            response = logprobs[len(rows[i].prompt_ids):]
+            if len(response) != len(rows[i].response_ids) or any(lp is None for lp in response):
                 raise ValueError(f"teacher {source} returned {len(response)} logprobs for a response of "
-                                 f"{len(samples[i].output_ids)} tokens")
+                                 f"{len(rows[i].response_ids)} tokens")
             result[i] = response
     return result

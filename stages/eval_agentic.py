@@ -7,7 +7,6 @@ verdict; an episode whose environment failed is counted apart, never as a model 
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -15,11 +14,11 @@ from pathlib import Path
 
 from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
-from rollout.orchestrator import EpisodeSettings, Orchestrator, RolloutResult, RolloutSpec
+from rollout.episodes import play_episodes
+from rollout.orchestrator import EpisodeSettings, RolloutResult, RolloutSpec
 from rollout.client import EngineClient
 from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
-from rollout.router import EngineRouter
 from rollout.task_services import TaskServices
 from stages.agentic_data import agent_task_rows
 from stages.eval_stage import committed_eval
@@ -63,7 +62,10 @@ def evaluate_agentic(store: ArtifactStore, checkpoint_uri: str, dataset_uris: li
                 engine.launch()
             services = stack.enter_context(TaskServices({task: 1.0 for task in tasks}, workdir))  # while it loads
             url = engine_url or engine.wait_ready().base_url
-            results = asyncio.run(_play(specs, url, services, tokenizer, settings))
+            results = play_episodes(specs, url, services, tokenizer,
+                                    SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens),
+                                    EpisodeSettings(settings.max_turns, settings.max_context, settings.keep_recent,
+                                                    settings.discard_above))
         metrics = success_metrics(results, tasks)
         created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         eval_rows = [{"checkpoint_uri": checkpoint.uri, "suite": name.split("/")[0] if "/" in name else "all",
@@ -83,16 +85,3 @@ def success_metrics(results: list[RolloutResult], tasks: list[str]) -> dict[str,
     metrics["tool_success"] = sum(r.reward for r in scored) / len(scored) if scored else 0.0
     metrics["env_failures"] = float(len(results) - len(scored))
     return metrics
-
-
-async def _play(specs, engine_url: str, services: TaskServices, tokenizer, settings: AgenticEvalSettings):
-    services.registry.bind(asyncio.get_running_loop())
-    sampling = SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens)
-    episode = EpisodeSettings(settings.max_turns, settings.max_context, settings.keep_recent, settings.discard_above)
-    async with EngineRouter([engine_url]) as router:
-        await services.registry.wait_registered(list(services.registry.entries), timeout_s=120)
-        orchestrator = Orchestrator(services.registry, router, tokenizer, sampling, episode)
-        try:
-            return await asyncio.gather(*(orchestrator.play(spec) for spec in specs))
-        finally:
-            await orchestrator.aclose()

@@ -28,22 +28,30 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
     with tempfile.TemporaryDirectory() as workdir:
         instruct, _ = publish_prompts(store, "instruct", SuiteSizes(24, 8), 0, Path(workdir), "tests")
     arith = next(uri for uri in small_store["datasets"] if "/arith-" in uri)
-    # The reasoning teacher is the student itself: on its prompts log π_teacher = log π_student, so
-    # the advantage (and the KL) is 0 up to float error; the general teacher is another model.
+    agent_sets = sorted(uri for uri in small_store["datasets"] if "/calc-" in uri or "/search-" in uri)
+    # The reasoning and agentic teachers are the student itself: on their prompts log π_teacher =
+    # log π_student, so the advantage (and the KL) is 0 up to float error, which checks that the prefill
+    # lines up with what was sampled, across an episode's turns too; the general teacher is another model.
     teachers = [TeacherSpec(source="reasoning_rl", checkpoint=small_store["init"], datasets=[arith]),
+                TeacherSpec(source="agentic_rl", checkpoint=small_store["init"], datasets=agent_sets,
+                            agent_tasks=["calc", "search"]),
                 TeacherSpec(source="general_rl", checkpoint=sft_checkpoint, datasets=[instruct.uri])]
     config = DistillConfig(run_id="distill-steps", store=small_store["root"], init_checkpoint=small_store["init"],
                            teachers=teachers, prompts_per_step=4, max_steps=2, max_new_tokens=12, warmup_steps=1)
     events = run_stage_job("stages.distill", config, tmp_path)
     steps = [e for e in events if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
-    assert abs(steps[0]["kl/reasoning_rl"]) < 1e-3
+    assert abs(steps[0]["kl/reasoning_rl"]) < 1e-3 and abs(steps[0]["kl/agentic_rl"]) < 1e-3
+    # 4 prompts a step in the cycle reasoning, agentic, general: one of them an agent episode, played whole.
+    assert all(s["episodes"] == 1 and s["episode_turns"] >= 1 and s["env_failures"] == 0 for s in steps)
     assert steps[0]["kl/general_rl"] > 0.01  # 6 SFT steps apart: a small but real gap
     assert all(s["trained_tokens"] > 0 and s["pop_masked_fraction"] == 0.0 for s in steps)
 
     lineage = store.open(config.output_name).lineage()
     assert [(p["role"], p["uri"]) for p in lineage["parents"]] == [
-        ("init", small_store["init"]), ("teacher", small_store["init"]), ("teacher", sft_checkpoint)]
-    assert {(i["uri"], i["contract"]) for i in lineage["inputs"]} == {(arith, "chat@1"), (instruct.uri, "prompt@1")}
+        ("init", small_store["init"]), ("teacher", small_store["init"]), ("teacher", small_store["init"]),
+        ("teacher", sft_checkpoint)]
+    assert {(i["uri"], i["contract"]) for i in lineage["inputs"]} == {
+        (arith, "chat@1"), *((uri, "chat@1") for uri in agent_sets), (instruct.uri, "prompt@1")}
     done = [e for e in events if e["event"] == "done"]
     assert done[0]["checkpoint"] == store.open(config.output_name).uri

@@ -7,11 +7,13 @@ import pytest
 import torch
 
 from rollout.client import Sample
+from rollout.orchestrator import RolloutResult, RolloutSpec
 from stages.distill_config import DistillConfig, TeacherSpec
 from stages.distill_data import draw_prompts
 from stages.distill_loss import distill_advantages, response_aligned, reverse_kl_by_teacher
+from stages.distill_rows import episode_rows, sample_rows
 from stages.grpo_loss import grpo_icepop_loss
-from stages.rl_rollouts import RlPrompt
+from stages.rl_rollouts import RlPrompt, padded_batch
 
 
 def t(rows):
@@ -50,14 +52,40 @@ def test_per_token_advantages_keep_the_icepop_gate_and_the_clip():
 
 
 def test_teacher_logprobs_land_on_the_response_targets_and_kl_is_reported_per_teacher():
-    samples = [sample([1, 2, 3], [4, 5]), sample([1], [6, 7, 8])]
-    aligned = response_aligned(samples, [[-1.0, -2.0], [-3.0, -4.0, -5.0]], width=4)
+    rows = sample_rows([sample([1, 2, 3], [4, 5]), sample([1], [6, 7, 8])], ["reasoning_rl", "general_rl"])
+    aligned = response_aligned([len(r.prompt_ids) for r in rows], [[-1.0, -2.0], [-3.0, -4.0, -5.0]], width=4)
     # Target t predicts token t + 1: the first response token of a 3-token prompt is target 2.
     assert aligned.tolist() == [[0.0, 0.0, -1.0, -2.0], [-3.0, -4.0, -5.0, 0.0]]
     mask = (aligned != 0).float()
     kl = reverse_kl_by_teacher(aligned, torch.zeros_like(aligned), mask, ["reasoning_rl", "general_rl"],
                                ["reasoning_rl", "agentic_rl", "general_rl"])
     assert kl == {"kl/reasoning_rl": pytest.approx(1.5), "kl/agentic_rl": 0.0, "kl/general_rl": pytest.approx(4.0)}
+
+
+def episode(rollout_id, status, rows):
+    return RolloutResult(RolloutSpec(rollout_id, rollout_id, "calc", {"id": rollout_id}), rows, 1.0, status)
+
+
+def test_an_episode_trains_the_models_turns_only_and_a_failed_environment_trains_nothing():
+    # Two model turns (tokens 4-5 and 8) with the environment's reply (6-7) between them, as one segment.
+    turns = {"prompt_ids": [1, 2], "response_ids": [4, 5, 6, 7, 8], "loss_mask": [1, 1, 0, 0, 1],
+             "rollout_logprobs": [-0.1, -0.2, 0.0, 0.0, -0.3]}
+    rows = episode_rows([episode("a", "ok", [turns]), episode("b", "env_error", [turns])], ["agentic_rl"] * 2)
+    assert len(rows) == 1 and rows[0].teacher == "agentic_rl" and rows[0].loss_mask == [1, 1, 0, 0, 1]
+    batch = padded_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows], pad_id=0)
+    teacher = response_aligned([2], [[-1.0, -1.0, -9.0, -9.0, -1.0]], width=batch.input_ids.shape[1] - 1)
+    student = torch.zeros_like(teacher)
+    advantages = distill_advantages(teacher, student, batch.response_mask)
+    # The teacher's logprobs of the environment's tokens are scored but never become an advantage.
+    assert advantages.tolist() == [[0.0, -1.0, -1.0, 0.0, 0.0, -1.0]]
+    assert reverse_kl_by_teacher(teacher, student, batch.response_mask, ["agentic_rl"], ["agentic_rl"]) == {
+        "kl/agentic_rl": pytest.approx(1.0)}
+
+
+def test_agent_tasks_must_be_known():
+    assert TeacherSpec(source="agentic_rl", checkpoint="c", datasets=["d"], agent_tasks=["calc", "search"]).agent_tasks
+    with pytest.raises(ValueError, match="unknown agent_tasks"):
+        TeacherSpec(source="agentic_rl", checkpoint="c", datasets=["d"], agent_tasks=["browse"])
 
 
 def test_teachers_take_turns_in_every_batch_by_their_shares():

@@ -1,0 +1,34 @@
+"""Play a list of agent episodes to the end on one engine, against running task services.
+
+Agentic evaluation and the agentic teacher's share of distillation both need every episode of a known
+list played once, all at once, and the results back in order; agentic RL's producer plays groups
+without end instead (stages/agentic_rollouts.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from rollout.orchestrator import EpisodeSettings, Orchestrator, RolloutResult, RolloutSpec
+from rollout.protocol import SamplingParams
+from rollout.router import EngineRouter
+from rollout.task_services import TaskServices
+
+
+def play_episodes(specs: Sequence[RolloutSpec], engine_url: str, services: TaskServices, tokenizer,
+                  sampling: SamplingParams, episode: EpisodeSettings) -> list[RolloutResult]:
+    """The result of every episode in `specs`, in order, played concurrently on the engine at `engine_url`."""
+    return asyncio.run(_play(specs, engine_url, services, tokenizer, sampling, episode))
+
+
+async def _play(specs, engine_url: str, services: TaskServices, tokenizer, sampling: SamplingParams,
+                episode: EpisodeSettings) -> list[RolloutResult]:
+    services.registry.bind(asyncio.get_running_loop())
+    async with EngineRouter([engine_url]) as router:
+        await services.registry.wait_registered(list(services.registry.entries), timeout_s=120)
+        orchestrator = Orchestrator(services.registry, router, tokenizer, sampling, episode)
+        try:
+            return list(await asyncio.gather(*(orchestrator.play(spec) for spec in specs)))
+        finally:
+            await orchestrator.aclose()
