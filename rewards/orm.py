@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from infra.store import open_store
+from infra.store import open_artifact, open_store
 from model.dsa import set_dense_attention
 from model.reward_model import load_reward_model
 from model.tokenizer import load_tokenizer
@@ -28,8 +28,12 @@ class OrmScore:
     version = "1"
 
     def __init__(self, checkpoint: str, store: str | None = None, batch_size: int = 32, max_len: int = 512):
+        """`checkpoint`: the ORM's full URI, or its name in `store` (default $POSTTRAIN_STORE or ./artifacts).
+        A full URI is opened where it points: a reward config recorded in a checkpoint's lineage then
+        scores the same from any working directory or store."""
+        artifact = open_artifact(checkpoint) if "://" in checkpoint else open_store(store).open(checkpoint)
         with tempfile.TemporaryDirectory(prefix="posttrain-orm-") as tmp:
-            local = open_store(store).open(checkpoint).download(Path(tmp) / "orm")
+            local = artifact.download(Path(tmp) / "orm")
             self.model = load_reward_model(local).eval()
             self.tokenizer = load_tokenizer(local)
         set_dense_attention(self.model, dense=False)  # GLM-5's sparse attention, as the ORM trained with it

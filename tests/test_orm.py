@@ -87,3 +87,12 @@ def test_orm_score_ranks_held_out_pairs_as_the_stage_measured(trained_orm, tmp_p
     for domain, outcomes in wins.items():
         assert sum(outcomes) / len(outcomes) == pytest.approx(done[f"heldout_accuracy/{domain}"], abs=0.02)
     assert orm(samples[:5]) == pytest.approx(scores[:5], abs=1e-4)  # nor does the batch it is scored in
+
+
+def test_orm_score_opens_a_full_uri_from_any_store(trained_orm, tmp_path, monkeypatch):
+    """A reward config recorded with the ORM's URI scores alike where the default store is another one."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("POSTTRAIN_STORE", str(tmp_path / "another-store"))
+    sample = RewardSample(({"role": "user", "content": "Say hi."},), f"{st.THINK_CLOSE}Hi.{st.USER}")
+    recorded = OrmScore(trained_orm["checkpoint"])([sample])
+    assert recorded == pytest.approx(OrmScore(trained_orm["checkpoint"], store=trained_orm["root"])([sample]))
