@@ -45,7 +45,10 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/posttrain pipeline --preset tiny
 
+# Lint (ruff: rules in pyproject.toml) and the layer contracts (import-linter) first: either fails the run.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from infra.launch import LocalLauncher
 from infra.store import open_store
-from stages.agentic_rl_config import AgenticRlConfig
-from stages.events import parse_event
+from stages.agentic.config import AgenticRlConfig
+from stages.common.events import parse_event
 from stages.prepare import prepare
 from suites.prepare import SuiteSizes
 
@@ -40,7 +40,7 @@ def run_mode(mode: str, store: dict, args, workdir: Path) -> dict:
     steps = []
     started = time.monotonic()
     LocalLauncher(nproc=1, threads_per_proc=args.threads).run(
-        "stages.agentic_rl", path, lambda line: steps.append(e) if (e := parse_event(line)) and e["event"] == "step" else None)
+        "stages.agentic.train", path, lambda line: steps.append(e) if (e := parse_event(line)) and e["event"] == "step" else None)
     trained = sum(args.group_size * args.groups_per_step for _ in steps)
     return {"mode": mode, "trained_samples": trained, "samples_per_s": steps[-1]["samples_per_s"],
             "wall_s": round(time.monotonic() - started, 1)}

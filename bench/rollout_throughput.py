@@ -25,6 +25,7 @@ from model.tokenizer import build_tokenizer_dir, load_tokenizer
 from rollout.engine import Engine
 from rollout.process import EngineProcess
 from rollout.protocol import GenerateRequest, SamplingParams
+from suites.tokenizer_corpus import suite_conversations
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
         checkpoint = Path(tmp) / "checkpoint"
-        tokenizer = load_tokenizer(build_tokenizer_dir(Path(tmp) / "tokenizer"))
+        tokenizer = load_tokenizer(build_tokenizer_dir(Path(tmp) / "tokenizer", suite_conversations()))
         build_model("glm5-tiny", tokenizer, seed=0).save_pretrained(checkpoint)
         tokenizer.save_pretrained(checkpoint)
         prompts = torch.randint(10, len(tokenizer), (args.batch, args.prompt_len),

@@ -1,7 +1,7 @@
 """Training tokens/s of our SFT step against a plain PyTorch loop on the same model and batches.
 
 Same process, same model weights, same batches, alternating rounds so that machine noise hits both
-sides alike. Our step is what stages/sft.py runs in `--phase` (DeepSpeed engine, masked SFT loss with
+sides alike. Our step is what stages/sft/train.py runs in `--phase` (DeepSpeed engine, masked SFT loss with
 the LM head on trained positions only; in the sparse phase also top-k attention and the DSA indexer
 loss, with eager attention); the plain loop is the textbook one (AdamW, cross-entropy over every
 position, default attention, dense).
@@ -28,12 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from model.presets import build_model  # noqa: E402
 from model.renderer import render  # noqa: E402
 from model.tokenizer import train_tokenizer  # noqa: E402
-from stages.batches import GlobalBatches, TokenizedSample, collate  # noqa: E402
-from stages.distributed import init_distributed  # noqa: E402
-from stages.sft import build_engine  # noqa: E402
-from stages.sft_config import SftConfig  # noqa: E402
-from stages.sft_step import enter_phase, train_step  # noqa: E402
+from stages.common.batches import GlobalBatches, TokenizedSample, collate  # noqa: E402
+from stages.common.distributed import init_distributed  # noqa: E402
+from stages.sft.config import SftConfig  # noqa: E402
+from stages.sft.step import enter_phase, train_step  # noqa: E402
+from stages.sft.train import build_engine  # noqa: E402
 from suites import arith, search  # noqa: E402
+from suites.tokenizer_corpus import suite_conversations
 
 
 def samples(tokenizer, count: int) -> list[TokenizedSample]:
@@ -71,7 +72,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     dist = init_distributed()
-    tokenizer = train_tokenizer()
+    tokenizer = train_tokenizer(suite_conversations())
     base = build_model("glm5-tiny", tokenizer, seed=0)
     plain = copy.deepcopy(base)
     plain_optimizer = torch.optim.AdamW(plain.parameters(), lr=1e-3, betas=(0.9, 0.95))

@@ -41,7 +41,7 @@ def with_contract_schema(contract: Contract, table: pa.Table) -> pa.Table:
     Only valid once the table has passed validation: Arrow refuses to cast a null into a
     non-nullable field, which is exactly what validation rules out.
     """
-    columns = [column.cast(field.type) for column, field in zip(table.columns, contract.schema)]
+    columns = [column.cast(field.type) for column, field in zip(table.columns, contract.schema, strict=True)]
     return pa.Table.from_arrays(columns, schema=contract.schema)
 
 
@@ -52,6 +52,6 @@ def _same_type(actual: pa.DataType, expected: pa.DataType) -> bool:
         return (
             pa.types.is_struct(actual)
             and [child.name for child in actual] == [child.name for child in expected]
-            and all(_same_type(a.type, e.type) for a, e in zip(actual, expected))
+            and all(_same_type(a.type, e.type) for a, e in zip(actual, expected, strict=True))
         )
     return actual == expected

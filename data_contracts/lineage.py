@@ -14,7 +14,7 @@ import inspect
 import json
 import platform
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,13 +78,13 @@ class Lineage(_Record):
     triggered_by: str | None = None
     wandb_run: str | None = None
     eval_summary: dict[str, float] = Field(default_factory=dict)
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     def to_bytes(self) -> bytes:
         return (self.model_dump_json(indent=2) + "\n").encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Lineage":
+    def from_bytes(cls, data: bytes) -> Lineage:
         return cls.model_validate_json(data)
 
 

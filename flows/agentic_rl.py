@@ -8,13 +8,13 @@ from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
-from stages.agentic_rl_config import AgenticRlConfig
-from stages.eval_agentic import AgenticEvalSettings, evaluate_agentic
+from stages.agentic.config import AgenticRlConfig
+from stages.evaluation.agentic import AgenticEvalSettings, evaluate_agentic
 
 
 @task
 def train_agentic_rl(config: AgenticRlConfig, nproc: int) -> dict:
-    return train_stage("agentic_rl", "stages.agentic_rl", config, nproc)
+    return train_stage(config, nproc)
 
 
 @task

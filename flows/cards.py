@@ -8,7 +8,7 @@ from data_contracts.lineage import Lineage
 from flows.job import stage_workdir
 from flows.tracking import track_stage
 from infra.store import open_store
-from stages.stage_inputs import StageIO
+from stages.common.config import StageIO
 
 
 def publish_stage(stage: str, config: StageIO, trained: dict, before: dict[str, float], after: dict[str, float]) -> None:

@@ -12,12 +12,11 @@ from flows.cards import publish_retention_table, publish_stage
 from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
-from stages.distill_config import DistillConfig, TeacherSpec
-from stages.eval_agentic import AgenticEvalSettings, evaluate_agentic
-from stages.eval_general import GeneralEvalSettings, evaluate_general
-from stages.eval_sampled import SampledEvalSettings, evaluate_sampled
-from stages.general_rl_config import GeneralRlConfig
-from stages.grpo_config import RewardSpec
+from stages.distill.config import DistillConfig, TeacherSpec
+from stages.evaluation.agentic import AgenticEvalSettings, evaluate_agentic
+from stages.evaluation.general import GeneralEvalSettings, evaluate_general
+from stages.evaluation.sampled import SampledEvalSettings, evaluate_sampled
+from stages.grpo.config import RewardSpec, default_general_rewards
 
 # The score a teacher's domain is judged by: what its own stage raised.
 HEADLINE = {"reasoning_rl": "arith/accuracy_sampled", "agentic_rl": "tool_success", "general_rl": "rule_compliance"}
@@ -32,13 +31,12 @@ class DistillEvalSettings:
     agentic: AgenticEvalSettings = field(default_factory=AgenticEvalSettings)
     agentic_tasks: tuple[str, ...] = ("calc", "search")
     general: GeneralEvalSettings = field(default_factory=GeneralEvalSettings)
-    general_rewards: list[RewardSpec] = field(
-        default_factory=lambda: GeneralRlConfig.model_fields["rewards"].get_default(call_default_factory=True))
+    general_rewards: list[RewardSpec] = field(default_factory=default_general_rewards)
 
 
 @task
 def train_distill(config: DistillConfig, nproc: int) -> dict:
-    return train_stage("distill", "stages.distill", config, nproc)
+    return train_stage(config, nproc)
 
 
 @task

@@ -10,13 +10,13 @@ from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
-from stages.eval_general import GeneralEvalSettings, evaluate_general
-from stages.general_rl_config import GeneralRlConfig
+from stages.evaluation.general import GeneralEvalSettings, evaluate_general
+from stages.grpo.config import GeneralRlConfig
 
 
 @task
 def train_general_rl(config: GeneralRlConfig, nproc: int) -> dict:
-    return train_stage("general_rl", "stages.general_rl", config, nproc)
+    return train_stage(config, nproc)
 
 
 @task

@@ -11,13 +11,13 @@ from pathlib import Path
 from prefect import get_run_logger, runtime
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
+from flows.tracking import PROJECT, wandb_run_id
 from infra.launch import LocalLauncher
 from infra.store import open_store
 from rollout.process import EngineProcess
-from flows.tracking import PROJECT, wandb_run_id
-from stages import checkpoints
-from stages.events import parse_event
-from stages.stage_inputs import StageIO
+from stages.common import checkpointer
+from stages.common.config import StageIO
+from stages.common.events import parse_event
 
 
 class JobProgress:
@@ -75,7 +75,7 @@ def stage_workdir(config: StageIO) -> Path:
     return Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id
 
 
-def train_stage(stage: str, module: str, config: StageIO, nproc: int) -> dict:
+def train_stage(config: StageIO, nproc: int) -> dict:
     """Run a stage's trainer on its config; its final checkpoint URI, per-step history and the job's wall time.
 
     A config whose output is committed (the same config, inputs and code ran to the end before) starts
@@ -83,11 +83,11 @@ def train_stage(stage: str, module: str, config: StageIO, nproc: int) -> dict:
     store = open_store(config.store)
     if store.is_committed(config.output_name):
         artifact = store.open(config.output_name)
-        state = json.loads(artifact.read_bytes(checkpoints.TRAINER_STATE))
-        get_run_logger().info(f"{stage}: {artifact.uri} is committed for this config, inputs and code; not retrained")
+        state = json.loads(artifact.read_bytes(checkpointer.TRAINER_STATE))
+        get_run_logger().info(f"{config.stage_name}: {artifact.uri} is committed for this config, inputs and code; not retrained")
         return {"checkpoint": artifact.uri, "history": state["history"], "train_s": 0.0, "skipped": True}
     started = time.monotonic()
-    progress = run_job(stage, module, config.model_dump_json(indent=2), stage_workdir(config), nproc)
+    progress = run_job(config.stage_name, config.entry_module, config.model_dump_json(indent=2), stage_workdir(config), nproc)
     return {"checkpoint": progress.final["checkpoint"], "history": progress.history,
             "train_s": round(time.monotonic() - started, 1)}
 

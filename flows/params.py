@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from stages.sft_config import DsaSchedule, SftConfig
-from stages.stage_inputs import Provenance
+from stages.common.config import Provenance
+from stages.sft.config import DsaSchedule, SftConfig
 
 __all__ = ["DsaSchedule", "PipelineParams", "Provenance", "SftConfig", "StageName"]
 

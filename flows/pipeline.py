@@ -12,32 +12,30 @@ from __future__ import annotations
 import tempfile
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import get_args
 
 from prefect import flow, task
 
 from data_contracts.lineage import Lineage, config_digest, source_digest
-from flows.params import PipelineParams, StageName
-from flows.presets import get_preset
-from flows.report import write_report
 from flows.agentic_rl import agentic_rl
 from flows.distill import DistillEvalSettings, distill
 from flows.general_rl import general_rl
-from flows.train_orm import train_orm
+from flows.params import PipelineParams, StageName
+from flows.presets import get_preset
 from flows.reasoning_rl import reasoning_rl
+from flows.report import write_report
 from flows.sft import evaluate, sft
 from flows.stage_ancestry import stage_outputs
+from flows.train_orm import train_orm
 from infra.store import open_store
+from stages.agentic.config import AgenticRecipe, AgenticRlConfig
+from stages.distill.config import DistillConfig, TeacherSpec
+from stages.grpo.config import GeneralRlConfig, ReasoningRlConfig, RewardSpec, mix_with_orm
+from stages.orm.config import TrainOrmConfig
 from stages.prepare import prepare, publish_preferences, publish_prompts
-from stages.agentic_rl_config import AgenticRlConfig
-from stages.distill_config import DistillConfig, TeacherSpec
-from stages.general_rl_config import GeneralRlConfig, mix_with_orm
-from stages.grpo_config import RewardSpec
-from stages.orm_config import TrainOrmConfig
-from stages.reasoning_rl_config import ReasoningRlConfig
-from stages.sft_config import SftConfig
+from stages.sft.config import SftConfig
 
 
 @task
@@ -68,28 +66,28 @@ def stage_run_id(stage: str, fields: dict, trainer_code: str | None = None) -> s
 def sft_config(params: PipelineParams, prepared: dict, trainer_code: str | None = None) -> SftConfig:
     preset = get_preset(params.preset)
     datasets = sorted(prepared["datasets"][suite] for suite in preset.sft_suites)
-    fields = dict(preset.sft, store=params.store, seed=params.seed, init_checkpoint=prepared["init_checkpoint"],
+    fields = dict(preset.sft.model_dump(mode="json"), store=params.store, seed=params.seed, init_checkpoint=prepared["init_checkpoint"],
                   datasets=datasets)
     return SftConfig(run_id=stage_run_id("sft", fields, trainer_code), **fields)
 
 
 def reasoning_rl_config(params: PipelineParams, prepared: dict, sft_checkpoint: str) -> ReasoningRlConfig:
     preset = get_preset(params.preset)
-    fields = dict(preset.reasoning_rl, store=params.store, seed=params.seed, init_checkpoint=sft_checkpoint,
+    fields = dict(preset.reasoning_rl.model_dump(mode="json"), store=params.store, seed=params.seed, init_checkpoint=sft_checkpoint,
                   datasets=[prepared["datasets"]["arith"]])
     return ReasoningRlConfig(run_id=stage_run_id("reasoning_rl", fields), **fields)
 
 
 def agentic_rl_config(params: PipelineParams, prepared: dict, init_checkpoint: str) -> AgenticRlConfig:
     preset = get_preset(params.preset)
-    fields = dict(preset.agentic_rl, store=params.store, seed=params.seed, data_seed=params.seed,
+    fields = dict(preset.agentic_rl.model_dump(mode="json"), store=params.store, seed=params.seed, data_seed=params.seed,
                   init_checkpoint=init_checkpoint, datasets=sorted([prepared["datasets"]["calc"], prepared["datasets"]["search"]]))
     return AgenticRlConfig(run_id=stage_run_id("agentic_rl", fields), **fields)
 
 
 def orm_config(params: PipelineParams, prepared: dict, trunk: str) -> TrainOrmConfig:
     preset = get_preset(params.preset)
-    fields = dict(preset.orm, store=params.store, seed=params.seed, init_checkpoint=trunk,
+    fields = dict(preset.orm.model_dump(mode="json"), store=params.store, seed=params.seed, init_checkpoint=trunk,
                   datasets=sorted(prepared["preferences"].values()))
     return TrainOrmConfig(run_id=stage_run_id("orm", fields), **fields)
 
@@ -98,7 +96,7 @@ def general_rl_config(params: PipelineParams, prepared: dict, init_checkpoint: s
                       orm_checkpoint: str | None = None) -> GeneralRlConfig:
     """With an ORM, the mix scores each general domain with its sigmoid next to the rules."""
     preset = get_preset(params.preset)
-    fields = dict(preset.general_rl, store=params.store, seed=params.seed, init_checkpoint=init_checkpoint,
+    fields = dict(preset.general_rl.model_dump(mode="json"), store=params.store, seed=params.seed, init_checkpoint=init_checkpoint,
                   datasets=sorted(prepared["prompts"].values()))
     if orm_checkpoint is not None:
         fields["rewards"] = [{"path": "rewards.mix.MixedReward",
@@ -108,7 +106,7 @@ def general_rl_config(params: PipelineParams, prepared: dict, init_checkpoint: s
 
 def distill_config(params: PipelineParams, student: str, teachers: list[TeacherSpec]) -> DistillConfig:
     preset = get_preset(params.preset)
-    fields = dict(preset.distill, store=params.store, seed=params.seed, data_seed=params.seed, init_checkpoint=student,
+    fields = dict(preset.distill.model_dump(mode="json"), store=params.store, seed=params.seed, data_seed=params.seed, init_checkpoint=student,
                   teachers=[teacher.model_dump() for teacher in teachers])
     return DistillConfig(run_id=stage_run_id("distill", fields), **fields)
 
@@ -149,7 +147,7 @@ def latest(outputs: dict[str, str], before: str) -> str:
 @flow(name="pipeline", log_prints=True)
 def pipeline(params: PipelineParams) -> dict:
     started = time.monotonic()
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{params.preset}-s{params.seed}"
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{params.preset}-s{params.seed}"
     preset = get_preset(params.preset)
     prepared = prepare_data(params)
     outputs = starting_outputs(params, prepared)
@@ -227,7 +225,7 @@ def pipeline(params: PipelineParams) -> dict:
 
 
 def agentic_tasks(preset) -> list[str]:
-    return list((preset.agentic_rl or {}).get("tasks") or AgenticRlConfig.model_fields["tasks"].get_default(call_default_factory=True))
+    return list((preset.agentic_rl or AgenticRecipe()).tasks)
 
 
 def distill_teachers(params: PipelineParams, prepared: dict, outputs: dict[str, str]) -> list[TeacherSpec]:

@@ -1,14 +1,24 @@
-"""Pipeline presets: everything a preset name stands for, in one place."""
+"""Pipeline presets: everything a preset name stands for, in one place, built from the stages' typed recipes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stages.eval_agentic import AgenticEvalSettings
-from stages.eval_general import GeneralEvalSettings
-from stages.eval_sampled import SampledEvalSettings
-from stages.eval_stage import EvalSettings
+from rollout.orchestrator import EpisodeSettings
+from stages.agentic.config import AgenticRecipe
+from stages.common.config import HeldoutSettings, OptimizerSettings, SamplingSettings
+from stages.distill.config import DistillRecipe
+from stages.evaluation.agentic import AgenticEvalSettings
+from stages.evaluation.committed import EvalSettings
+from stages.evaluation.general import GeneralEvalSettings
+from stages.evaluation.sampled import SampledEvalSettings
+from stages.grpo.config import GrpoRecipe, RewardSpec
+from stages.orm.config import OrmRecipe
+from stages.sft.config import DsaSchedule, SftRecipe
 from suites.prepare import SuiteSizes
+
+# The smoke preset's agent episodes: two turns in a short context.
+SMOKE_EPISODE = EpisodeSettings(max_turns=2, max_context=512, discard_above=480)
 
 
 @dataclass(frozen=True)
@@ -16,18 +26,18 @@ class PipelinePreset:
     model: str
     sizes: dict[str, SuiteSizes]  # every published suite and its split sizes
     sft_suites: tuple[str, ...] = ("arith", "search", "calc", "instruct")  # what SFT trains on; the rest feed later stages
-    sft: dict = field(default_factory=dict)  # SftConfig fields beyond the defaults
+    sft: SftRecipe = field(default_factory=SftRecipe)
     eval: EvalSettings = field(default_factory=EvalSettings)
-    reasoning_rl: dict | None = None  # ReasoningRlConfig fields beyond the defaults; None skips the stage
+    reasoning_rl: GrpoRecipe | None = None  # None skips the stage
     rl_eval: SampledEvalSettings = field(default_factory=SampledEvalSettings)
-    agentic_rl: dict | None = None  # AgenticRlConfig fields beyond the defaults; None skips the stage
+    agentic_rl: AgenticRecipe | None = None  # None skips the stage
     agentic_eval: AgenticEvalSettings = field(default_factory=AgenticEvalSettings)
-    orm: dict | None = None  # TrainOrmConfig fields beyond the defaults; None trains no ORM (the mix then has none)
+    orm: OrmRecipe | None = None  # None trains no ORM (the mix then has none)
     preference_suites: tuple[str, ...] = ("chat", "instruct")  # whose preference@1 pairs the ORM trains on
-    general_rl: dict | None = None  # GeneralRlConfig fields beyond the defaults; None skips the stage
+    general_rl: GrpoRecipe | None = None  # None skips the stage
     general_suites: tuple[str, ...] = ("instruct",)  # whose prompts (prompt@1) general RL trains on
     general_eval: GeneralEvalSettings = field(default_factory=GeneralEvalSettings)
-    distill: dict | None = None  # DistillConfig fields beyond the defaults; None skips the stage
+    distill: DistillRecipe | None = None  # None skips the stage
     distill_shares: dict[str, int] = field(default_factory=dict)  # a teacher's share of each batch (default 1)
 
 
@@ -36,19 +46,20 @@ PIPELINE_PRESETS = {
     "smoke": PipelinePreset(
         model="glm5-tiny",
         sizes={suite: SuiteSizes(train=64, test=16) for suite in ("arith", "search", "calc", "instruct", "chat")},
-        sft=dict(max_steps=6, global_batch_size=8, warmup_steps=2, eval_every=3, eval_samples=8,
-                 checkpoint_every=100, dsa=dict(dense_steps=2, indexer_warmup_steps=2)),
+        sft=SftRecipe(max_steps=6, global_batch_size=8, optimizer=OptimizerSettings(lr=3e-3, warmup_steps=2),
+                      heldout=HeldoutSettings(every=3, samples=8), checkpoint_every=100,
+                      dsa=DsaSchedule(dense_steps=2, indexer_warmup_steps=2)),
         eval=EvalSettings(limit_per_suite=8, batch_size=8, max_new_tokens=24),
-        reasoning_rl=dict(max_steps=2, group_size=2, prompts_per_step=2, max_new_tokens=16),
+        reasoning_rl=GrpoRecipe(max_steps=2, group_size=2, prompts_per_step=2, sampling=SamplingSettings(max_new_tokens=16)),
         rl_eval=SampledEvalSettings(prompts=8, samples_per_prompt=2, max_new_tokens=16),
-        agentic_rl=dict(max_steps=2, group_size=2, groups_per_step=2, max_in_flight_groups=2, replicas=2,
-                        max_new_tokens=16, max_turns=2, max_context=512, discard_above=480),
-        agentic_eval=AgenticEvalSettings(episodes_per_task=4, max_new_tokens=16, max_turns=2, max_context=512,
-                                         discard_above=480),
-        orm=dict(max_steps=4, global_batch_size=4, eval_every=2, checkpoint_every=100),
-        general_rl=dict(max_steps=2, group_size=2, prompts_per_step=2, max_new_tokens=16),
+        agentic_rl=AgenticRecipe(max_steps=2, group_size=2, groups_per_step=2, max_in_flight_groups=2, replicas=2,
+                                 sampling=SamplingSettings(max_new_tokens=16), episode=SMOKE_EPISODE),
+        agentic_eval=AgenticEvalSettings(episodes_per_task=4, max_new_tokens=16, episode=SMOKE_EPISODE),
+        orm=OrmRecipe(max_steps=4, global_batch_size=4, heldout=HeldoutSettings(every=2, batch_size=64),
+                      checkpoint_every=100),
+        general_rl=GrpoRecipe(max_steps=2, group_size=2, prompts_per_step=2, sampling=SamplingSettings(max_new_tokens=16)),
         general_eval=GeneralEvalSettings(prompts_per_dataset=8, max_new_tokens=16),
-        distill=dict(max_steps=2, prompts_per_step=3, max_new_tokens=16),
+        distill=DistillRecipe(max_steps=2, prompts_per_step=3, sampling=SamplingSettings(max_new_tokens=16)),
     ),
     # The demo: at most 4 minutes of SFT (training and its evaluation) on 2 CPU cores.
     "tiny": PipelinePreset(
@@ -78,9 +89,10 @@ PIPELINE_PRESETS = {
         # +4 from 0.5, +1 from 0.3). Search episodes that give up after two failed opens keep the
         # unannealed model's search turns well formed (format validity 0.80-0.89 without them, 1.0 with).
         # 540 steps (dense 400) saved no time here and left RL +3.8 points (0.078 -> 0.116) instead of +8.
-        sft=dict(max_steps=580, global_batch_size=32, lr=1e-3, min_lr_ratio=1.0, warmup_steps=50, eval_every=100,
-                 checkpoint_every=200, thinking_mix={"interleaved": 0.8, "preserved": 0.15, "off": 0.05},
-                 dsa=dict(dense_steps=420, indexer_warmup_steps=50)),
+        sft=SftRecipe(max_steps=580, global_batch_size=32, optimizer=OptimizerSettings(lr=1e-3, warmup_steps=50),
+                      min_lr_ratio=1.0, heldout=HeldoutSettings(every=100, samples=128), checkpoint_every=200,
+                      thinking_mix={"interleaved": 0.8, "preserved": 0.15, "off": 0.05},
+                      dsa=DsaSchedule(dense_steps=420, indexer_warmup_steps=50)),
         eval=EvalSettings(limit_per_suite=200, search_episodes=120, batch_size=200, max_new_tokens=64),
         # Tuned on an SFT checkpoint trained on 8,000 arith problems (sampled 5.4%, greedy 10.2%), 26 steps:
         # exact match alone at lr 5e-5 / 1e-4 / 2e-4: +2.4 / +2.9 / +1.9 sampled, +1.2 / +1.5 / -1.2 greedy;
@@ -90,26 +102,30 @@ PIPELINE_PRESETS = {
         # 26 steps gave +8.75 sampled in a 168 s stage on an older 2-core machine (22 gave +8.1 there). On a
         # machine with AVX-512 the same SFT recipe lands elsewhere (sampled 0.103): 22 steps gave +4.9, 26 +5.9,
         # 30 +5.75 (a 63-69 s stage there).
-        reasoning_rl=dict(max_steps=26, group_size=8, prompts_per_step=16, oversample=2, lr=1e-4, warmup_steps=3,
-                          max_new_tokens=64, rewards=[{"path": "rewards.verifiers.ArithExactMatch"},
-                                                      {"path": "rewards.verifiers.ArithStepPrefix", "weight": 0.5}]),
+        reasoning_rl=GrpoRecipe(max_steps=26, group_size=8, prompts_per_step=16, oversample=2,
+                                optimizer=OptimizerSettings(lr=1e-4, warmup_steps=3), sampling=SamplingSettings(max_new_tokens=64),
+                                rewards=[RewardSpec(path="rewards.verifiers.ArithExactMatch"),
+                                         RewardSpec(path="rewards.verifiers.ArithStepPrefix", weight=0.5)]),
         rl_eval=SampledEvalSettings(prompts=1000, samples_per_prompt=4, max_new_tokens=64),
         # Tool success is small and noisy at this size: 10 steps raised it 0.01 -> 0.125, 0.0375 -> 0.1125 and
         # lowered it 0.05 -> 0.0375 in single runs (80 evaluation episodes); 20 steps with 200 episodes raised it
         # 0.08 -> 0.105 in a 105 s stage on the AVX-512 machine. The older machine is about 2.5x slower here:
         # calc's multi-turn episodes made 16 steps a 167 s training job on it.
-        agentic_rl=dict(max_steps=20, group_size=4, groups_per_step=8, max_in_flight_groups=16, replicas=2,
-                        lr=5e-5, warmup_steps=2, max_new_tokens=64, max_turns=6),
+        agentic_rl=AgenticRecipe(max_steps=20, group_size=4, groups_per_step=8, max_in_flight_groups=16, replicas=2,
+                                 optimizer=OptimizerSettings(lr=5e-5, warmup_steps=2),
+                                 sampling=SamplingSettings(max_new_tokens=64), episode=EpisodeSettings(max_turns=6)),
         # 100 episodes per task: at 40 one episode moved a task's success by 2.5 points, more than agentic
         # RL's gain (each evaluation takes about 15 s on the AVX-512 machine, 50 s on the older one).
         agentic_eval=AgenticEvalSettings(episodes_per_task=100),
         # On the SFT trunk: 0.73 held-out pairwise accuracy after 100 and 120 steps at lr 1e-4 (1e-3 overfit);
         # 50 steps reached 0.65 (0.66 after 60); on the AVX-512 machine 100 steps take 28 s.
-        orm=dict(max_steps=100, global_batch_size=16, lr=1e-4, eval_every=1000, checkpoint_every=1000),
+        orm=OrmRecipe(max_steps=100, global_batch_size=16, optimizer=OptimizerSettings(lr=1e-4, warmup_steps=10),
+                      heldout=HeldoutSettings(every=1000, batch_size=64), checkpoint_every=1000),
         # With the ORM in the mix, 24 steps at lr 1e-4 raised held-out rule compliance 0.075 -> 0.165 and kept
         # arith (sampled 0.176 -> 0.163); from another agentic checkpoint it went 0.065 -> 0.045. 40 steps at 2e-4 gained less (0.075 -> 0.085) and cost arith
         # (-> 0.055) and tool success (-> 0.008); at 3e-4 and 5e-4 compliance fell (0.03, 0.0).
-        general_rl=dict(max_steps=16, group_size=8, prompts_per_step=8, lr=1e-4, warmup_steps=3, max_new_tokens=48),
+        general_rl=GrpoRecipe(max_steps=16, group_size=8, prompts_per_step=8, optimizer=OptimizerSettings(lr=1e-4, warmup_steps=3),
+                              sampling=SamplingSettings(max_new_tokens=48)),
         # 600 held-out prompts (the instruct test split): on 200, one prompt is half a point of compliance,
         # and distillation's student went 0.095 -> 0.085 (kept 0.89) where on 600 it kept 1.04.
         general_eval=GeneralEvalSettings(prompts_per_dataset=600, max_new_tokens=48),
@@ -119,7 +135,8 @@ PIPELINE_PRESETS = {
         # and what distillation is slowest to bring back: with agent episodes played whole, shares 4 / 2 / 5
         # kept 0.946 of it (lr 1e-4: 0.906; 66 prompts a step: 0.949), 8 / 2 / 5 kept 0.972 and 0.971 on
         # the two students, keeping 1.0 of tool success and compliance (24 steps, 47 s of training).
-        distill=dict(max_steps=24, prompts_per_step=33, lr=5e-5, max_new_tokens=64),
+        distill=DistillRecipe(max_steps=24, prompts_per_step=33, optimizer=OptimizerSettings(lr=5e-5, warmup_steps=2),
+                              sampling=SamplingSettings(max_new_tokens=64)),
         distill_shares={"reasoning_rl": 8, "agentic_rl": 2, "general_rl": 5},
     ),
     # A single-GPU preset: a 40M model and longer training.
@@ -127,8 +144,9 @@ PIPELINE_PRESETS = {
         model="glm5-small",
         sizes={"arith": SuiteSizes(train=50000, test=1000), "search": SuiteSizes(train=5000, test=500),
                "calc": SuiteSizes(train=2000, test=500), "instruct": SuiteSizes(train=5000, test=500), "chat": SuiteSizes(train=5000, test=500)},
-        sft=dict(max_steps=3000, global_batch_size=64, lr=1e-3, warmup_steps=100, eval_every=250,
-                 checkpoint_every=500, dsa=dict(dense_steps=1500, indexer_warmup_steps=200)),
+        sft=SftRecipe(max_steps=3000, global_batch_size=64, optimizer=OptimizerSettings(lr=1e-3, warmup_steps=100),
+                      heldout=HeldoutSettings(every=250, samples=128), checkpoint_every=500,
+                      dsa=DsaSchedule(dense_steps=1500, indexer_warmup_steps=200)),
         eval=EvalSettings(limit_per_suite=1000, batch_size=128, max_new_tokens=128),
     ),
 }

@@ -10,13 +10,13 @@ from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
-from stages.eval_sampled import SampledEvalSettings, evaluate_sampled
-from stages.reasoning_rl_config import ReasoningRlConfig
+from stages.evaluation.sampled import SampledEvalSettings, evaluate_sampled
+from stages.grpo.config import ReasoningRlConfig
 
 
 @task
 def train_reasoning_rl(config: ReasoningRlConfig, nproc: int) -> dict:
-    return train_stage("reasoning_rl", "stages.reasoning_rl", config, nproc)
+    return train_stage(config, nproc)
 
 
 @task

@@ -8,13 +8,13 @@ from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
-from stages.eval_stage import EvalSettings, evaluate_checkpoint
-from stages.sft_config import SftConfig
+from stages.evaluation.committed import EvalSettings, evaluate_checkpoint
+from stages.sft.config import SftConfig
 
 
 @task
 def train_sft(config: SftConfig, nproc: int) -> dict:
-    return train_stage("sft", "stages.sft", config, nproc)
+    return train_stage(config, nproc)
 
 
 @task

@@ -6,7 +6,7 @@ from prefect import task
 
 from infra.publish import published_contract
 from infra.store import open_store
-from stages.stage_inputs import StageIO
+from stages.common.config import StageIO
 
 
 @task

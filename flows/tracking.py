@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from data_contracts.lineage import Lineage
-from stages.stage_inputs import StageIO
+from stages.common.config import StageIO
 
 PROJECT = os.environ.get("WANDB_PROJECT", "posttrain")
 

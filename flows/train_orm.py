@@ -9,14 +9,14 @@ from flows.cards import publish_stage
 from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
-from stages.orm_config import TrainOrmConfig
+from stages.orm.config import TrainOrmConfig
 
 CHANCE = 0.5  # what pairwise accuracy is before training: a reward model that cannot tell the replies apart
 
 
 @task
 def train_reward_model(config: TrainOrmConfig, nproc: int) -> dict:
-    return train_stage("train_orm", "stages.train_orm", config, nproc)
+    return train_stage(config, nproc)
 
 
 @flow(name="train_orm", log_prints=True)
@@ -27,7 +27,7 @@ def train_orm(config: TrainOrmConfig, nproc: int = 1) -> dict:
     trained = train_reward_model(config, nproc)
     lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
     after = {name: value for name, value in lineage.eval_summary.items() if "accuracy" in name}
-    before = {name: CHANCE for name in after}
+    before = dict.fromkeys(after, CHANCE)
     publish_stage("train_orm", config, trained, before, after)
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
             "metrics_before": before, "metrics_after": after}

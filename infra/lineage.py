@@ -25,7 +25,7 @@ class AncestryNode:
     artifact: CommittedArtifact | None = None
     lineage: Lineage | None = None
     error: str | None = None
-    children: list["AncestryNode"] = field(default_factory=list)
+    children: list[AncestryNode] = field(default_factory=list)
 
     def walk(self):
         yield self

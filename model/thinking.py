@@ -55,7 +55,7 @@ def assign_modes(ids: Sequence[str], mix: Mapping[str, float], seed: int) -> lis
     modes = []
     for conversation_id in ids:
         point = random.Random(f"thinking-mode:{seed}:{conversation_id}").random() * total
-        for mode, weight in weighted:
+        for mode, weight in weighted:  # noqa: B007 (the mode the loop stops at is the draw)
             point -= weight
             if point < 0:
                 break

@@ -1,4 +1,4 @@
-"""Byte-level BPE tokenizer carrying GLM-5's special tokens, trained on the embedded suites' text.
+"""Byte-level BPE tokenizer carrying GLM-5's special tokens, trained on the conversations it is given.
 
 Saved as a standard Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json,
 chat_template.jinja) so `AutoTokenizer.from_pretrained(dir)` works offline.
@@ -16,23 +16,12 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from model import special_tokens as st
 from model.renderer import tools_text
-from suites import arith, search
 
 DEFAULT_VOCAB_SIZE = 2048
-CORPUS_SEED = 1234
-CORPUS_SIZE = 3000
 
 
 def chat_template_text() -> str:
     return resources.files("model").joinpath("chat_template.jinja").read_text(encoding="utf-8")
-
-
-def suite_conversations(size: int = CORPUS_SIZE, seed: int = CORPUS_SEED) -> Iterator[tuple[list[dict], list | None]]:
-    """The embedded suites' conversations (messages, tools) the default tokenizer is trained on."""
-    for problem in arith.generate(size, seed):
-        yield problem.messages(), None
-    for episode in search.generate(size // 4, seed):
-        yield list(episode.messages), search.TOOLS
 
 
 def corpus_texts(conversations: Iterable[tuple[list[dict], list | None]]) -> Iterator[str]:
@@ -50,9 +39,10 @@ def corpus_texts(conversations: Iterable[tuple[list[dict], list | None]]) -> Ite
 
 
 def train_tokenizer(
-    conversations: Iterable[tuple[list[dict], list | None]] | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE
+    conversations: Iterable[tuple[list[dict], list | None]], vocab_size: int = DEFAULT_VOCAB_SIZE
 ) -> PreTrainedTokenizerFast:
-    """Train on `conversations` (default: the embedded suites); the same input gives the same tokenizer."""
+    """Train on `conversations` (e.g. `suites.tokenizer_corpus.suite_conversations()`, or a team's own
+    data); the same input gives the same tokenizer."""
     # Digits stay single tokens so arithmetic is learnable at demo scale. A capitalized word is its own
     # pre-token, so a name has one tokenization wherever it appears (question, tool argument, tool
     # result) and copying it copies tokens; merged with the text around it, the same name became
@@ -71,7 +61,7 @@ def train_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(corpus_texts(conversations or suite_conversations()), trainer=trainer)
+    bpe.train_from_iterator(corpus_texts(conversations), trainer=trainer)
     bpe.add_tokens([AddedToken(token, normalized=False, special=False) for token in st.STRUCTURE_TOKENS])
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
@@ -85,7 +75,7 @@ def train_tokenizer(
 
 
 def build_tokenizer_dir(
-    out_dir: str | Path, conversations: Iterable[tuple[list[dict], list | None]] | None = None
+    out_dir: str | Path, conversations: Iterable[tuple[list[dict], list | None]]
 ) -> Path:
     out = Path(out_dir)
     train_tokenizer(conversations).save_pretrained(out)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -16,7 +16,7 @@ app.add_typer(rewards_app, name="rewards")
 console = Console()
 
 
-class LineageFormat(str, Enum):
+class LineageFormat(StrEnum):
     tree = "tree"
     json = "json"
     mermaid = "mermaid"
@@ -110,8 +110,8 @@ def pipeline(
     Stages whose output is committed are skipped; a stage that failed resumes from its last committed step."""
     from pydantic import ValidationError
 
-    from flows.pipeline import pipeline as pipeline_flow
     from flows.params import PipelineParams
+    from flows.pipeline import pipeline as pipeline_flow
 
     try:
         params = PipelineParams(preset=preset, seed=seed, store=store, reports_dir=str(reports), nproc=nproc,

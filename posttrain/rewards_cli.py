@@ -48,7 +48,7 @@ def check(
                       f"source sha256 {result.source_sha256}")
     if result.scores:
         table = Table("fixture sample", "score")
-        for label, score in zip(result.labels, result.scores):
+        for label, score in zip(result.labels, result.scores, strict=True):
             table.add_row(label, "None (not scored)" if score is None else f"{score:g}")
         console.print(table)
     for problem in result.problems:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from infra.store import open_store
 from model.tokenizer import load_tokenizer
+from model.turns import score_turn
 from rewards.protocol import RewardSample
 from rewards.replies import visible_reply
 from rollout.client import EngineClient
 from rollout.protocol import SamplingParams
 from rollout.trajectory import prompt_ids
-from stages.evaluation.turns import score_turn
 from suites.judge import REQUEST, parse_score
 
 

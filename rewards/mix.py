@@ -99,5 +99,5 @@ class MixedReward:
                 values = [column[position] for column in scores]
                 if any(value is None for value in values):
                     continue
-                mixed[index] = sum(c.spec.weight * c.spec.normalized(v) for c, v in zip(components, values)) / total_weight
+                mixed[index] = sum(c.spec.weight * c.spec.normalized(v) for c, v in zip(components, values, strict=True)) / total_weight
         return mixed

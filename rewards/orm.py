@@ -2,7 +2,7 @@
 
 Scores are the head's raw logits (unbounded; the General RL mix normalizes them with `scale:
 "sigmoid"`). Replies are scored batched, in length order to keep padding small, with the same
-rendering the ORM was trained on (`stages.orm_data.reply_ids`). A sample whose rendering exceeds
+rendering the ORM was trained on (`model.reward_inputs.reply_ids`). A sample whose rendering exceeds
 `max_len` is None: the ORM never saw such lengths.
 """
 
@@ -16,11 +16,11 @@ import torch
 
 from infra.store import open_artifact, open_store
 from model.dsa import set_dense_attention
+from model.reward_inputs import collate_replies, reply_ids
 from model.reward_model import load_reward_model
 from model.tokenizer import load_tokenizer
 from rewards.protocol import RewardSample
 from rewards.replies import visible_reply
-from stages.orm_data import collate_replies, reply_ids
 
 
 class OrmScore:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from model import special_tokens as st
+from model.turns import score_turn
 from rewards.protocol import RewardSample
-from stages.evaluation.turns import score_turn
 
 
 def visible_reply(sample: RewardSample) -> str:

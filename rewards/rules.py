@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from model.turns import score_turn
 from rewards.protocol import RewardSample
-from stages.evaluation.turns import score_turn
 from suites import instruct
 
 

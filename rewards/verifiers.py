@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from model.turns import score_turn
 from rewards.protocol import RewardSample
-from stages.evaluation.answers import stated_integer
-from stages.evaluation.turns import score_turn
+from suites.answers import stated_integer
 from suites.arith import worked_steps
 
 
@@ -71,7 +71,7 @@ class ArithStepPrefix:
             turn = score_turn(sample.response, thinking=True)
             written = turn.parsed.reasoning.strip().split("\n") if turn.format_valid and turn.parsed.reasoning else []
             matched = 0
-            for line, step in zip(written, expected):
+            for line, step in zip(written, expected, strict=False):
                 if line.strip() != step:
                     break
                 matched += 1

@@ -2,7 +2,7 @@
 
 Agentic evaluation and the agentic teacher's share of distillation both need every episode of a known
 list played once, all at once, and the results back in order; agentic RL's producer plays groups
-without end instead (stages/agentic_rollouts.py).
+without end instead (stages/agentic/rollouts.py).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import httpx
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from rollout.context import OLD_RESULT_PLACEHOLDER, EpisodeContext
 from rollout.protocol import SamplingParams
@@ -30,12 +32,15 @@ class RolloutSpec:
     row: Mapping  # prompt@1-like: id, messages (the prompt), reference_answer, metadata
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class EpisodeSettings:
-    max_turns: int = 6
-    max_context: int = 1024
-    keep_recent: int = 5  # keep-recent-k
-    discard_above: int = 900  # discard-all threshold, in tokens
+    """How long an agent episode may run, and how its context is managed as it grows (a validated
+    dataclass: stage configs nest it, evaluations record it with `asdict`)."""
+
+    max_turns: int = Field(6, ge=1)
+    max_context: int = Field(1024, ge=64, description="tokens; an episode that outgrows it is truncated")
+    keep_recent: int = Field(5, ge=0, description="keep-recent-k: tool results older than k rounds become a placeholder")
+    discard_above: int = Field(900, ge=64, description="discard-all: past this many tokens the tool history is dropped")
 
 
 @dataclass

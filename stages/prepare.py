@@ -79,7 +79,7 @@ def prepare(store: ArtifactStore, *, suites: list[str], sizes: SuiteSizes | dict
     """`sizes` is one size for every suite, or one per suite."""
     with tempfile.TemporaryDirectory(prefix="posttrain-prepare-") as tmp:
         workdir = Path(tmp)
-        size_of = sizes if isinstance(sizes, dict) else {suite: sizes for suite in suites}
+        size_of = sizes if isinstance(sizes, dict) else dict.fromkeys(suites, sizes)
         published = {suite: publish_suite(store, suite, size_of[suite], seed, workdir, triggered_by)
                       for suite in suites}
         datasets = {suite: artifact for suite, (artifact, _) in published.items()}

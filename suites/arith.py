@@ -63,7 +63,7 @@ def worked_steps(expression: str) -> list[str]:
     """The steps `make_problem` wrote for its left-nested expression ("((5 + 3) * 2) - 4")."""
     terms = expression.replace("(", "").replace(")", "").split()
     value, steps = int(terms[0]), []
-    for op, operand in zip(terms[1::2], terms[2::2]):
+    for op, operand in zip(terms[1::2], terms[2::2], strict=True):
         result = _apply(value, op, int(operand))
         steps.append(f"{value} {op} {operand} = {result}")
         value = result

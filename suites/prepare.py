@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from data_contracts.conversation import message_record
-from suites import arith, calc, chat, instruct, judge, search
 from model.thinking import CHAT_THINKING_MODE, DEFAULT_THINKING_MIX, apply_thinking_mode, assign_modes
+from suites import arith, calc, chat, instruct, judge, search
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def chat_row(conversation_id: str, suite: str, split: str, messages, tools=None,
 def _chat_rows(suite: str, split: str, examples: list[Example], seed: int, thinking_mix: Mapping[str, float]):
     modes = assign_modes([example.id for example in examples], thinking_mix, seed)
     rows = []
-    for example, mode in zip(examples, modes):
+    for example, mode in zip(examples, modes, strict=True):
         messages, _ = apply_thinking_mode(example.messages, mode)
         rows.append(chat_row(example.id, suite, split, messages, example.tools, CHAT_THINKING_MODE[mode]))
     return rows

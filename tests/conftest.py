@@ -2,8 +2,8 @@
 from hypothesis import settings
 
 from tests.model_fixtures import tokenizer, tokenizer_dir  # noqa: F401
-from tests.s3_server import faulty_proxy, moto_endpoint, s3_root, store_root  # noqa: F401
 from tests.orm_fixtures import trained_orm  # noqa: F401
+from tests.s3_server import faulty_proxy, moto_endpoint, s3_root, store_root  # noqa: F401
 from tests.sft_fixtures import small_store  # noqa: F401
 
 # Same examples on every run: a red CI is reproducible and a green one is not luck.

@@ -3,11 +3,12 @@
 import pytest
 
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
+from suites.tokenizer_corpus import suite_conversations
 
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory):
-    return build_tokenizer_dir(tmp_path_factory.mktemp("tokenizer"))
+    return build_tokenizer_dir(tmp_path_factory.mktemp("tokenizer"), suite_conversations())
 
 
 @pytest.fixture(scope="session")

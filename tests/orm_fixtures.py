@@ -7,8 +7,8 @@ import pytest
 
 from infra.launch import LocalLauncher
 from infra.store import open_store
-from stages.events import parse_event
-from stages.orm_config import TrainOrmConfig
+from stages.common.events import parse_event
+from stages.orm.config import TrainOrmConfig
 from stages.prepare import prepare, publish_preferences
 from suites.prepare import SuiteSizes
 
@@ -27,13 +27,14 @@ def trained_orm(tmp_path_factory):
         datasets = sorted(publish_preferences(store, suite, PAIRS, 0, Path(workdir), "tests")[0].uri
                           for suite in ("chat", "instruct"))
     config = TrainOrmConfig(run_id="orm-test", store=str(root / "store"), init_checkpoint=prepared.init_checkpoint.uri,
-                            datasets=datasets, max_steps=120, global_batch_size=16, lr=1e-4, eval_every=40,
+                            datasets=datasets, max_steps=120, global_batch_size=16, optimizer={"lr": 1e-4, "warmup_steps": 10},
+                            heldout={"every": 40, "batch_size": 64},
                             checkpoint_every=60)
     path = root / "run.json"
     path.write_text(config.model_dump_json())
     events = []
     LocalLauncher(nproc=1, threads_per_proc=2).run(
-        "stages.train_orm", path, lambda line: events.append(event) if (event := parse_event(line)) else None,
+        "stages.orm.train", path, lambda line: events.append(event) if (event := parse_event(line)) else None,
         cwd=root)
     done = events[-1]
     assert done["event"] == "done", events[-3:]

@@ -8,9 +8,9 @@ import pytest
 
 from infra.launch import LocalLauncher
 from infra.store import open_store
-from stages.events import parse_event
+from stages.common.events import parse_event
 from stages.prepare import prepare
-from stages.sft_config import SftConfig
+from stages.sft.config import SftConfig
 from suites.prepare import SuiteSizes
 
 
@@ -25,8 +25,9 @@ def small_store(tmp_path_factory):
 
 def small_config(store: dict, run_id: str, **overrides) -> SftConfig:
     fields = dict(run_id=run_id, store=store["root"], init_checkpoint=store["init"], datasets=store["datasets"],
-                  max_steps=8, global_batch_size=8, lr=3e-3, warmup_steps=2, eval_every=4, eval_samples=8,
-                  checkpoint_every=100, dsa={"dense_steps": 3, "indexer_warmup_steps": 2})
+                  max_steps=8, global_batch_size=8, optimizer={"lr": 3e-3, "warmup_steps": 2},
+                  heldout={"every": 4, "samples": 8}, checkpoint_every=100,
+                  dsa={"dense_steps": 3, "indexer_warmup_steps": 2})
     fields.update(overrides)
     return SftConfig(**fields)
 
@@ -36,7 +37,7 @@ def run_sft(config: SftConfig, workdir: Path, nproc: int = 1) -> list[dict]:
     path = workdir / f"{config.run_id}.json"
     path.write_text(config.model_dump_json())
     events = []
-    LocalLauncher(nproc=nproc, threads_per_proc=1).run("stages.sft", path, lambda line: _collect(line, events))
+    LocalLauncher(nproc=nproc, threads_per_proc=1).run("stages.sft.train", path, lambda line: _collect(line, events))
     return events
 
 
@@ -50,7 +51,7 @@ def start_sft(config: SftConfig, workdir: Path) -> subprocess.Popen:
     path = workdir / f"{config.run_id}.json"
     path.write_text(config.model_dump_json())
     env = LocalLauncher(nproc=1, threads_per_proc=1).environment()
-    return subprocess.Popen([sys.executable, "-m", "stages.sft", "--config", str(path)], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "stages.sft.train", "--config", str(path)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
 
 

@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from infra.launch import LocalLauncher
-from stages.events import parse_event
-from stages.stage_inputs import StageIO
+from stages.common.config import StageIO
+from stages.common.events import parse_event
 
 
 def run_stage_job(module: str, config: StageIO, workdir: Path) -> list[dict]:

@@ -4,14 +4,15 @@ register with the orchestrator, and what happens when a replica or a service die
 import asyncio
 import json
 import logging
+
 import pytest
 
 from data_contracts import ROLLOUT_V1
 from data_contracts.conversation import messages_from_records
 from data_contracts.parquet import write_parquet
 from model.presets import build_model
+from rollout.envs.catalog import task_class
 from rollout.orchestrator import EpisodeSettings, Orchestrator, RolloutSpec
-from rollout.envs.tasks import TASKS
 from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from rollout.router import EngineRouter
@@ -94,13 +95,13 @@ def test_rollouts_record_exact_engine_tokens_with_environment_tokens_masked(stac
         assert len(set(result.replicas)) == 1 and len(result.replicas) == result.turns
         first = result.rows[0]
         # TITO from the first token: the prompt is the task rendered by the chat template, tools included.
-        expected = tokenizer.apply_chat_template(result.spec.row["messages"], tools=TASKS[result.spec.task].tools,
+        expected = tokenizer.apply_chat_template(result.spec.row["messages"], tools=task_class(result.spec.task).tools,
                                                  add_generation_prompt=True, enable_thinking=True, tokenize=True)
         assert first["prompt_ids"] == list(expected["input_ids"])
         for row in result.rows:
-            masked = [t for t, m in zip(row["response_ids"], row["loss_mask"]) if m == 0]
+            masked = [t for t, m in zip(row["response_ids"], row["loss_mask"], strict=True) if m == 0]
             # Environment tokens carry no logprob and are exactly the observation turns.
-            assert all(lp == 0.0 for lp, m in zip(row["rollout_logprobs"], row["loss_mask"]) if m == 0)
+            assert all(lp == 0.0 for lp, m in zip(row["rollout_logprobs"], row["loss_mask"], strict=True) if m == 0)
             if masked:
                 assert tokenizer.decode(masked, skip_special_tokens=False).startswith("<tool_response>")
     assert sum(router.requests.values()) == sum(r.turns for r in results)

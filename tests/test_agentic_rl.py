@@ -7,14 +7,15 @@ import sys
 
 from infra.launch import LocalLauncher
 from infra.store import open_store
-from stages.agentic_rl_config import AgenticRlConfig
-from stages.events import parse_event
+from stages.agentic.config import AgenticRlConfig
+from stages.common.events import parse_event
 
 
 def agentic_config(store, run_id, **overrides):
     fields = dict(run_id=run_id, store=store["root"], init_checkpoint=store["init"], datasets=store["datasets"],
-                  group_size=2, groups_per_step=2, max_steps=3, max_new_tokens=16, max_turns=2, max_context=512,
-                  discard_above=480, replicas=2, lr=1e-3, warmup_steps=1, max_in_flight_groups=4)
+                  group_size=2, groups_per_step=2, max_steps=3, sampling={"max_new_tokens": 16},
+                  episode={"max_turns": 2, "max_context": 512, "discard_above": 480}, replicas=2,
+                  optimizer={"lr": 1e-3, "warmup_steps": 1}, max_in_flight_groups=4)
     fields.update(overrides)
     return AgenticRlConfig(**fields)
 
@@ -24,7 +25,7 @@ def run_job(config, tmp_path):
     path.write_text(config.model_dump_json())
     events = []
     LocalLauncher(nproc=1, threads_per_proc=1).run(
-        "stages.agentic_rl", path, lambda line: events.append(e) if (e := parse_event(line)) else None)
+        "stages.agentic.train", path, lambda line: events.append(e) if (e := parse_event(line)) else None)
     return events
 
 
@@ -55,7 +56,7 @@ def test_sigkill_then_rerun_resumes_from_the_last_committed_step_with_its_weight
     path.write_text(config.model_dump_json())
     env = LocalLauncher(nproc=1, threads_per_proc=1).environment()
     # Its own session, so the kill takes the engine replicas and task services down with the trainer.
-    process = subprocess.Popen([sys.executable, "-m", "stages.agentic_rl", "--config", str(path)], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "stages.agentic.train", "--config", str(path)], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path, start_new_session=True)
     for line in process.stdout:  # the step-2 commit is made; kill on the way to the next
         event = parse_event(line)

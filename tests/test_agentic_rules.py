@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from stages.agentic_groups import is_stale, refill_group
-from stages.agentic_loss import ImportanceSettings, centred_advantages, direct_is_loss, importance_mask
+from stages.agentic.groups import is_stale, refill_group
+from stages.agentic.loss import ImportanceSettings, centred_advantages, direct_is_loss, importance_mask
 
 
 def logs(*probabilities):
@@ -17,7 +17,7 @@ def test_the_mask_keeps_ratios_strictly_inside_both_bounds():
     rollout = logs(0.5, 0.5, 0.5, 0.5, 0.5, 0.5)
     # ratios 0.79, 0.8 (the lower bound itself), 0.81, 1.27, 1.28 (the upper bound), 1.29
     new = logs(0.395, 0.4, 0.405, 0.635, 0.64, 0.645)
-    assert importance_mask(new, rollout, ImportanceSettings(0.2, 0.28)).tolist() == [[0, 0, 1, 1, 0, 0]]
+    assert importance_mask(new, rollout, ImportanceSettings(eps_low=0.2, eps_high=0.28)).tolist() == [[0, 0, 1, 1, 0, 0]]
 
 
 def test_loss_is_the_masked_ratio_weighted_advantage_over_generated_tokens():
@@ -88,7 +88,7 @@ def _result(rollout_id, status="ok", reward=1.0, versions=(3,), failure=None):
 
 
 def test_a_group_loses_its_environment_failures_and_stale_samples_then_is_refilled_or_dropped():
-    from stages.agentic_rollouts import Group, usable_group
+    from stages.agentic.rollouts import Group, usable_group
 
     crashed = _result("c", status="env_error", failure="http://127.0.0.1:1/step unreachable: ConnectError")
     group = Group("g", "search", [_result("a"), _result("b", reward=0.0), _result("d", versions=(1, 3)), crashed])

@@ -6,10 +6,16 @@ import pytest
 import torch
 
 from rollout.client import Sample
-from stages.anchor_members import (
-    ANCHOR_VERSION, anchor_sample, anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members,
+from stages.common.prompts import RlPrompt
+from stages.grpo.anchors import (
+    ANCHOR_VERSION,
+    anchor_sample,
+    anchor_weights,
+    behaviour_logprobs,
+    is_anchor,
+    policy_requests,
+    with_anchor_members,
 )
-from stages.rl_rollouts import RlPrompt
 
 
 def prompt(name: str, reference: str | None) -> RlPrompt:

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from stages.batches import GlobalBatches, TokenizedSample, collate
+from stages.common.batches import GlobalBatches, TokenizedSample, collate
 
 BATCH = 16
 

@@ -93,7 +93,7 @@ def test_renderer_ids_equal_apply_chat_template(tokenizer, name, messages, tools
 
 
 def _trained(tokenizer, sample):
-    return tokenizer.decode([t for t, m in zip(sample.input_ids, sample.loss_mask) if m])
+    return tokenizer.decode([t for t, m in zip(sample.input_ids, sample.loss_mask, strict=True) if m])
 
 
 def test_mask_trains_reasoning_reply_and_stop_only(tokenizer):

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from infra.store import open_store
-from stages.distill_config import DistillConfig, TeacherSpec
+from stages.distill.config import DistillConfig, TeacherSpec
 from stages.prepare import publish_prompts
 from suites.prepare import SuiteSizes
-from tests.stage_jobs import run_stage_job
 from tests.sft_fixtures import run_sft, small_config
+from tests.stage_jobs import run_stage_job
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,9 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
                             agent_tasks=["calc", "search"]),
                 TeacherSpec(source="general_rl", checkpoint=sft_checkpoint, datasets=[instruct.uri])]
     config = DistillConfig(run_id="distill-steps", store=small_store["root"], init_checkpoint=small_store["init"],
-                           teachers=teachers, prompts_per_step=4, max_steps=2, max_new_tokens=12, warmup_steps=1)
-    events = run_stage_job("stages.distill", config, tmp_path)
+                           teachers=teachers, prompts_per_step=4, max_steps=2, sampling={"max_new_tokens": 12},
+                           optimizer={"lr": 2e-5, "warmup_steps": 1})
+    events = run_stage_job("stages.distill.train", config, tmp_path)
     steps = [e for e in events if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
     assert abs(steps[0]["kl/reasoning_rl"]) < 1e-3 and abs(steps[0]["kl/agentic_rl"]) < 1e-3

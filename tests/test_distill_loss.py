@@ -8,12 +8,13 @@ import torch
 
 from rollout.client import Sample
 from rollout.orchestrator import RolloutResult, RolloutSpec
-from stages.distill_config import DistillConfig, TeacherSpec
-from stages.distill_data import draw_prompts
-from stages.distill_loss import distill_advantages, response_aligned, reverse_kl_by_teacher
-from stages.distill_rows import episode_rows, sample_rows
-from stages.grpo_loss import grpo_icepop_loss
-from stages.rl_rollouts import RlPrompt, padded_batch
+from stages.common.prompts import RlPrompt
+from stages.common.rl_batches import padded_batch
+from stages.distill.config import DistillConfig, TeacherSpec
+from stages.distill.data import draw_prompts
+from stages.distill.loss import distill_advantages, response_aligned, reverse_kl_by_teacher
+from stages.distill.rows import episode_rows, sample_rows
+from stages.grpo.loss import grpo_icepop_loss
 
 
 def t(rows):
@@ -84,7 +85,7 @@ def test_an_episode_trains_the_models_turns_only_and_a_failed_environment_trains
 
 def test_agent_tasks_must_be_known():
     assert TeacherSpec(source="agentic_rl", checkpoint="c", datasets=["d"], agent_tasks=["calc", "search"]).agent_tasks
-    with pytest.raises(ValueError, match="unknown agent_tasks"):
+    with pytest.raises(ValueError, match="unknown agent task .browse.; known: calc, search"):
         TeacherSpec(source="agentic_rl", checkpoint="c", datasets=["d"], agent_tasks=["browse"])
 
 

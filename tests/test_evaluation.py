@@ -8,16 +8,15 @@ from data_contracts.conversation import messages_from_records
 from model import special_tokens as st
 from model.presets import build_model
 from model.renderer import tool_call_text
+from model.turns import score_turn
+from stages.evaluation.arith_accuracy import score_arith
 from stages.evaluation.evaluate import evaluate, evaluate_with
 from stages.evaluation.generation import greedy_generator
 from stages.evaluation.prompts import Prompt
 from stages.evaluation.report import eval_rows
-from stages.evaluation.search_episodes import split_graph
-from stages.evaluation.arith_accuracy import score_arith
-from stages.evaluation.search_episodes import matches_graph
-from stages.evaluation.turns import score_turn
 from suites import arith
 from suites.prepare import SuiteSizes, split_seed, suite_splits
+from suites.search_tools import matches_graph, split_graph
 
 SEED = 0
 
@@ -165,7 +164,7 @@ def test_replaying_the_reference_trajectories_succeeds_on_the_rebuilt_graph(sear
     assert report.metrics["search/format_validity"] == 1.0
     assert report.metrics["search/thinking_compliance"] == 1.0
     assert report.counts["search/success"] == len(search_rows)
-    for episode, row in zip(report.search, search_rows):
+    for episode, row in zip(report.search, search_rows, strict=True):
         # The tool results the loop fed back are the ones the reference conversation recorded.
         observed = [m["content"] for m in episode.messages if m["role"] == "tool"]
         assert observed == [m["content"] for m in row["messages"] if m["role"] == "tool"]

@@ -8,10 +8,10 @@ import pytest
 from data_contracts import PROMPT_V1
 from infra.store import open_store
 from model.tokenizer import load_tokenizer
-from stages.general_rl import general_prompts
-from stages.general_rl_config import GeneralRlConfig
+from stages.common.datasets import load_split
+from stages.common.prompts import general_prompts
+from stages.grpo.config import GeneralRlConfig
 from stages.prepare import publish_prompts
-from stages.sft_data import load_split
 from suites import instruct
 from suites.prepare import SuiteSizes
 from tests.stage_jobs import run_stage_job
@@ -46,8 +46,8 @@ def test_general_rl_trains_on_prompts_and_records_every_mixed_module_in_lineage(
     monkeypatch.chdir(tmp_path)
     config = GeneralRlConfig(run_id="general-steps", store=small_store["root"], init_checkpoint=small_store["init"],
                              datasets=[instruct_prompts.uri], group_size=2, prompts_per_step=2, max_steps=2,
-                             max_new_tokens=12, warmup_steps=1)
-    steps = [e for e in run_stage_job("stages.general_rl", config, tmp_path) if e["event"] == "step"]
+                             sampling={"max_new_tokens": 12}, optimizer={"warmup_steps": 1})
+    steps = [e for e in run_stage_job("stages.grpo.general", config, tmp_path) if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
     assert all("reward/mixed" in s and s["dropped_groups"] == 0 for s in steps)  # every instruct sample scored
     lineage = open_store(small_store["root"]).open(config.output_name).lineage()
@@ -64,9 +64,10 @@ def test_chat_prompts_train_with_the_orm_and_anchor_replies_as_off_policy_member
            "params": {"checkpoint": trained_orm["checkpoint"], "store": trained_orm["root"]}}
     config = GeneralRlConfig(run_id="general-anchors", store=small_store["root"], init_checkpoint=small_store["init"],
                              datasets=[published_prompts(small_store, "chat").uri], group_size=3, prompts_per_step=2,
-                             max_steps=2, max_new_tokens=12, warmup_steps=1, anchor_members=True,
+                             max_steps=2, sampling={"max_new_tokens": 12}, optimizer={"warmup_steps": 1},
+                             anchors={"enabled": True},
                              rewards=[{"path": "rewards.mix.MixedReward", "params": {"domains": {"chat": [orm]}}}])
-    steps = [e for e in run_stage_job("stages.general_rl", config, tmp_path) if e["event"] == "step"]
+    steps = [e for e in run_stage_job("stages.grpo.general", config, tmp_path) if e["event"] == "step"]
     # Every chat prompt has its anchor: one of the three seats of each of the two groups.
     assert [s["anchor_members"] for s in steps] == [2, 2]
     assert all(s["dropped_groups"] == 0 and 0 < s["reward/mixed"] < 1 for s in steps)
@@ -74,7 +75,7 @@ def test_chat_prompts_train_with_the_orm_and_anchor_replies_as_off_policy_member
     refs = {ref["path"]: ref for ref in lineage["reward_modules"]}
     assert set(refs) == {"rewards.mix.MixedReward", "rewards.orm.OrmScore"}
     assert refs["rewards.orm.OrmScore"]["params"]["checkpoint"] == trained_orm["checkpoint"]
-    assert lineage["config"]["anchor_members"] is True
+    assert lineage["config"]["anchors"]["enabled"] is True
     # The ORM checkpoint is a parent of the trained policy: the auditor's DAG reaches the reward model.
     orm_uri = open_store(trained_orm["root"]).open(trained_orm["checkpoint"]).uri
     assert [(p["role"], p["uri"]) for p in lineage["parents"]] == [("init", lineage["parents"][0]["uri"]),

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from stages.grpo_loss import GrpoSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
-from stages.rl_rollouts import informative_groups
+from stages.grpo.loss import IcePopSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
+from stages.grpo.rewards import informative_groups
 
 
 def t(rows):
@@ -76,7 +76,7 @@ def test_settings_change_the_band_and_the_clip():
     log = math.log
     loss, _ = grpo_icepop_loss(
         t([[log(1.5)]]), t([[log(2.5)]]), t([[0.0]]), t([1.0]), t([[1.0]]),
-        GrpoSettings(beta=3.0, eps_low=0.1, eps_high=0.1),
+        IcePopSettings(beta=3.0, eps_low=0.1, eps_high=0.1),
     )
     # ρ = 2.5 is inside β = 3; r = 1.5 / 2.5 = 0.6, clip(0.6, 0.9, 1.1) = 0.9; min(0.6, 0.9) = 0.6.
     assert loss.item() == pytest.approx(-2.5 * 0.6)

@@ -19,7 +19,7 @@ CONVERSATION = [
 def tokens_with_mask(tokenizer, sample):
     """Group consecutive tokens with the same flag into (text, flag) runs, for readable expectations."""
     runs = []
-    for token_id, flag in zip(sample.input_ids, sample.loss_mask):
+    for token_id, flag in zip(sample.input_ids, sample.loss_mask, strict=True):
         text = tokenizer.decode([token_id])
         if runs and runs[-1][1] == flag:
             runs[-1] = (runs[-1][0] + text, flag)

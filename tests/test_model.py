@@ -8,10 +8,11 @@ import torch
 from model import special_tokens as st
 from model.presets import PRESETS, UnknownPresetError, build_model, load_model, parameter_count
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
+from suites.tokenizer_corpus import suite_conversations
 
 
 def test_tokenizer_is_deterministic_and_carries_glm5_tokens(tokenizer_dir, tmp_path):
-    again = build_tokenizer_dir(tmp_path / "again")
+    again = build_tokenizer_dir(tmp_path / "again", suite_conversations())
     digest = lambda d: hashlib.sha256((d / "tokenizer.json").read_bytes()).hexdigest()  # noqa: E731
     assert digest(again) == digest(tokenizer_dir)
     tokenizer = load_tokenizer(tokenizer_dir)
@@ -37,7 +38,7 @@ def test_preset_sizes_and_glm5_shape(tokenizer, name, low, high):
 
 def test_same_seed_same_weights_and_unknown_preset(tokenizer):
     first, second = build_model("glm5-tiny", tokenizer, seed=5), build_model("glm5-tiny", tokenizer, seed=5)
-    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values(), strict=True))
     with pytest.raises(UnknownPresetError, match="glm5-huge"):
         build_model("glm5-huge", tokenizer)
     assert set(PRESETS) == {"glm5-tiny", "glm5-small"}

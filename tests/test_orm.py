@@ -14,7 +14,7 @@ from model.presets import load_model
 from model.reward_model import ScalarRewardModel, load_reward_model
 from rewards.orm import OrmScore
 from rewards.protocol import RewardSample
-from stages.losses import bradley_terry_loss, pairwise_accuracy
+from stages.orm.loss import bradley_terry_loss, pairwise_accuracy
 
 
 def test_bradley_terry_loss_matches_hand_computed_values():

@@ -9,9 +9,9 @@ from safetensors.torch import load_file
 from infra.launch import LocalLauncher, StageFailed
 from infra.store import open_store
 from model.presets import build_model
-from stages.rl_trainer import freeze_matching
-from stages.events import parse_event
-from stages.reasoning_rl_config import ReasoningRlConfig
+from stages.common.events import parse_event
+from stages.common.policy import freeze_matching
+from stages.grpo.config import ReasoningRlConfig
 
 
 class ShortReplies:
@@ -33,7 +33,7 @@ class Broken:
 def rl_config(store, run_id, **overrides):
     fields = dict(run_id=run_id, store=store["root"], init_checkpoint=store["init"],
                   datasets=[uri for uri in store["datasets"] if "/arith-" in uri], group_size=4, prompts_per_step=2,
-                  max_steps=3, max_new_tokens=12, lr=1e-3, warmup_steps=1)
+                  max_steps=3, sampling={"max_new_tokens": 12}, optimizer={"lr": 1e-3, "warmup_steps": 1})
     fields.update(overrides)
     return ReasoningRlConfig(**fields)
 
@@ -48,7 +48,7 @@ def run_job(config, tmp_path):
         if (event := parse_event(line)) is not None:
             events.append(event)
 
-    LocalLauncher(nproc=1, threads_per_proc=1).run("stages.reasoning_rl", path, collect)
+    LocalLauncher(nproc=1, threads_per_proc=1).run("stages.grpo.reasoning", path, collect)
     return events, lines
 
 

@@ -4,13 +4,13 @@ import pytest
 import requests
 import torch
 
+from infra.ports import free_port
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.presets import build_model, load_model
 from rollout.client import EngineClient, EngineRequestError, EngineUnavailableError
-from infra.ports import free_port
 from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
-from stages.rl_rollouts import train_batch
+from stages.common.rl_batches import train_batch
 
 PROMPT_LENGTHS = (40, 23, 57)  # two of them past index_topk (32) before any token is generated
 
@@ -60,7 +60,7 @@ def test_batched_sampled_logprobs_equal_a_full_forward_past_index_topk(engine, c
     samples = engine.generate(batch, SamplingParams(temperature=1.0, max_new_tokens=30, ignore_eos=True))
     model = sparse_model(checkpoints[0])
     assert [len(s.output_ids) for s in samples] == [30, 30, 30]
-    for prompt, sample in zip(batch, samples):
+    for prompt, sample in zip(batch, samples, strict=True):
         assert sample.prompt_ids == prompt and sample.finish_reason == "length" and sample.weight_version == "0"
         recomputed = full_forward_logprobs(model, prompt + sample.output_ids)[len(prompt) - 1:]
         assert torch.allclose(torch.tensor(sample.output_logprobs), recomputed, atol=1e-4), (
@@ -90,7 +90,7 @@ def test_prefill_only_returns_prompt_logprobs(engine, checkpoints, tokenizer):
     batch = prompts(tokenizer, (45, 12))
     scored = engine.prompt_logprobs(batch)
     model = sparse_model(checkpoints[0])
-    for prompt, logprobs in zip(batch, scored):
+    for prompt, logprobs in zip(batch, scored, strict=True):
         assert len(logprobs) == len(prompt) and logprobs[0] is None
         assert torch.allclose(torch.tensor(logprobs[1:]), full_forward_logprobs(model, prompt), atol=1e-4)
 
@@ -156,6 +156,6 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine
     alone = [engine.generate([p], greedy)[0] for p in batch]
     with ThreadPoolExecutor(len(batch)) as pool:  # arrive together: the engine merges them
         together = list(pool.map(lambda p: engine.generate([p], greedy)[0], batch))
-    for one, merged in zip(alone, together):
+    for one, merged in zip(alone, together, strict=True):
         assert merged.prompt_ids == one.prompt_ids and merged.output_ids == one.output_ids
         assert torch.allclose(torch.tensor(merged.output_logprobs), torch.tensor(one.output_logprobs), atol=1e-4)

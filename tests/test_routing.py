@@ -1,7 +1,8 @@
 """Consistent-hash routing of rollouts to engine replicas: sticky, stable, and evenly loaded."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollout.routing import ConsistentHashRouter
 

@@ -9,6 +9,7 @@ import pytest
 from data_contracts import CHAT_V1, PREFERENCE_V1, PROMPT_V1, write_parquet
 from data_contracts.conversation import messages_from_records
 from model.renderer import render
+from model.thinking import CHAT_THINKING_MODE, apply_thinking_mode, assign_modes
 from model.tool_calls import ToolCall
 from rollout.envs.tasks import CalcTask, Episode
 from suites import chat, instruct, judge, search
@@ -22,7 +23,6 @@ from suites.prepare import (
     suite_splits,
     user_text,
 )
-from model.thinking import CHAT_THINKING_MODE, apply_thinking_mode, assign_modes
 
 SIZES = SuiteSizes(train=300, test=100)
 MIX = {"interleaved": 0.5, "preserved": 0.3, "off": 0.2}
@@ -108,7 +108,7 @@ def test_calc_episodes_show_what_the_sandboxed_calculator_answers(produced):
         calls = [m for m in messages if m.get("tool_calls")]
         results = [m["content"] for m in messages if m["role"] == "tool"]
         assert len(calls) == len(results) >= 2
-        for call, result in zip(calls, results):
+        for call, result in zip(calls, results, strict=True):
             # The recorded tool turn is exactly what the calc environment's sandbox prints for the call.
             assert result == CalcTask().execute(ToolCall(**call["tool_calls"][0]), Episode("", {}))
         assert messages[-1]["content"] == f"The answer is {results[-1]}." == f"The answer is {references[row['id']]}."

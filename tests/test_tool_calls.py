@@ -32,7 +32,7 @@ def test_every_assistant_turn_the_template_renders_for_search_episodes_parses_ba
         turns = text.split(st.ASSISTANT)[1:]
         replies = [m for m in episode.messages if m["role"] == "assistant"]
         assert len(turns) == len(replies)
-        for turn, message in zip(turns, replies):
+        for turn, message in zip(turns, replies, strict=True):
             # What a model generates: from after the prompt's <think> through the first stop token.
             generated = turn.removeprefix(st.THINK_OPEN)
             end = min(generated.index(stop) + len(stop) for stop in (st.USER, st.OBSERVATION) if stop in generated)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run one stage as a multi-node DeepSpeed job from a run.json (the same file a Prefect flow writes
 # to runs/<run_id>/run.json, or one you write from the stage's config class).
-#   infra/cluster/deepspeed-launch.sh stages.reasoning_rl runs/<run_id>/run.json [hostfile]
+#   infra/cluster/deepspeed-launch.sh stages.grpo.reasoning runs/<run_id>/run.json [hostfile]
 # Every rank runs the same stage code as on a laptop; rank 0 commits checkpoints to the store.
 set -euo pipefail
 module="$1"; config="$2"; hostfile="${3:-infra/cluster/hostfile}"

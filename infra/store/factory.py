@@ -4,10 +4,10 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from .artifact import CommittedArtifact
 from .file_backend import FileBackend
 from .s3_backend import S3Backend
 from .s3_client import S3Settings, make_s3_client
-from .artifact import CommittedArtifact
 from .store import ArtifactStore, BlobStore
 
 DEFAULT_ROOT = "./artifacts"

@@ -21,7 +21,8 @@ import uvicorn
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
-from rollout.envs.tasks import TASKS, AgentTask, Episode, take_turn
+from rollout.envs.catalog import load_task
+from rollout.envs.tasks import AgentTask, Episode, take_turn
 
 log = logging.getLogger("rollout.envs")
 
@@ -132,17 +133,18 @@ def register(orchestrator_url: str, task: str, url: str, timeout_s: float = 60.0
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", required=True, choices=sorted(TASKS))
+    parser.add_argument("--task", required=True, help="a task name (posttrain.tasks entry point) or dotted path")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--orchestrator", default=None, help="the orchestrator's URL to register with")
     parser.add_argument("--latency-median-s", type=float, default=None)
     parser.add_argument("--latency-sigma", type=float, default=1.0)
     args = parser.parse_args(argv)
+    task = load_task(args.task)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     latency = Latency(median_s=args.latency_median_s, sigma=args.latency_sigma) if args.latency_median_s else None
     url = f"http://{args.host}:{args.port}"
-    server = uvicorn.Server(uvicorn.Config(build_env_app(TASKS[args.task](), latency), host=args.host,
+    server = uvicorn.Server(uvicorn.Config(build_env_app(task, latency), host=args.host,
                                            port=args.port, log_level="warning"))
     if args.orchestrator:
         def register_once_up():

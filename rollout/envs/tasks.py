@@ -14,12 +14,13 @@ from functools import lru_cache
 from typing import Protocol
 
 from model.tool_calls import ToolCall
+from model.turns import score_turn
 from rollout.envs.sandbox import SandboxLimits, calculate
-from stages.evaluation.answers import stated_answer, stated_integer
-from stages.evaluation.search_episodes import execute as execute_search
-from stages.evaluation.turns import score_turn
+from suites.answers import stated_answer, stated_integer
 from suites.calc import TOOLS as CALC_TOOLS
-from suites.search import TOOLS as SEARCH_TOOLS, KnowledgeGraph, build_graph
+from suites.search import TOOLS as SEARCH_TOOLS
+from suites.search import KnowledgeGraph, build_graph
+from suites.search_tools import execute as execute_search
 
 
 @dataclass
@@ -96,5 +97,3 @@ class CalcTask:
     def succeeded(self, episode: Episode) -> bool:
         return episode.final_reply is not None and stated_integer(episode.final_reply) == int(episode.reference)
 
-
-TASKS: dict[str, type] = {"search": SearchTask, "calc": CalcTask}

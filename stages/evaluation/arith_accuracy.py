@@ -6,10 +6,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from stages.evaluation.answers import stated_integer
+from model.turns import TurnScore, score_turn
+from stages.common.chat_rows import prompt_messages, reference_answer, row_tools
 from stages.evaluation.prompts import GenerateTurns, Prompt
-from stages.evaluation.references import prompt_messages, reference_answer, row_tools
-from stages.evaluation.turns import TurnScore, score_turn
+from suites.answers import stated_integer
 
 OPERATOR = re.compile(r" [-+*] ")
 

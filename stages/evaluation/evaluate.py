@@ -11,7 +11,8 @@ from stages.evaluation.arith_accuracy import run_arith
 from stages.evaluation.generation import greedy_generator
 from stages.evaluation.prompts import GenerateTurns
 from stages.evaluation.report import EvalReport, summarize
-from stages.evaluation.search_episodes import matches_graph, run_episodes, split_graph
+from stages.evaluation.search_episodes import run_episodes
+from suites.search_tools import matches_graph, split_graph
 
 SUITES = ("arith", "search")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from stages.evaluation.arith_accuracy import ArithResult
 from stages.evaluation.search_episodes import Episode
@@ -56,7 +56,7 @@ def summarize(arith: Sequence[ArithResult], search: Sequence[Episode]) -> EvalRe
 
 def eval_rows(report: EvalReport, checkpoint_uri: str, split: str, created_at: str | None = None) -> list[dict]:
     """One eval@1 row per metric; pooled metrics get the suite name "all"."""
-    created_at = created_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    created_at = created_at or datetime.now(UTC).isoformat(timespec="seconds")
     rows = []
     for name, value in report.metrics.items():
         suite, _, metric = name.rpartition("/")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rewards import RewardModule, RewardSample, score_batch
 from rollout.client import EngineClient
 from rollout.protocol import SamplingParams
-from stages.rl_rollouts import RlPrompt
+from stages.common.prompts import RlPrompt
 
 
 def reward_means(client: EngineClient, tokenizer, prompts: Sequence[RlPrompt], modules: Sequence[RewardModule],

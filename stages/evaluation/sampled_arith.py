@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from rewards.verifiers import ArithExactMatch
 from rollout.client import EngineClient
 from rollout.protocol import SamplingParams
+from stages.common.prompts import rl_prompts
 from stages.evaluation.reward_means import reward_means
-from stages.rl_rollouts import rl_prompts
 
 
 def sampled_arith_accuracy(

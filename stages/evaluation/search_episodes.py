@@ -7,54 +7,15 @@ episode succeeds when its last turn is a valid reply stating the expected city.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from model.tool_calls import ToolCall
-from stages.evaluation.answers import stated_answer
+from model.turns import TurnScore, score_turn
+from stages.common.chat_rows import prompt_messages, reference_answer, row_tools
 from stages.evaluation.prompts import GenerateTurns, Prompt
-from stages.evaluation.references import prompt_messages, reference_answer, row_tools
-from stages.evaluation.turns import TurnScore, score_turn
-from suites.prepare import split_seed
-from suites.search import KnowledgeGraph, build_graph
-
-# The argument each tool of suites.search.TOOLS takes.
-TOOL_PARAMETERS = {"search": "query", "open": "title"}
-
-
-def split_graph(seed: int, split: str) -> KnowledgeGraph:
-    """The graph a split's episodes were generated on (suites.prepare seeds each split separately)."""
-    return build_graph(split_seed(seed, split))
-
-
-def execute(call: ToolCall, graph: KnowledgeGraph) -> str:
-    """A tool's result, or an error message the model can recover from, as in the training data."""
-    parameter = TOOL_PARAMETERS.get(call.name)
-    if parameter is None:
-        return f"Error: unknown tool '{call.name}'."
-    if set(call.arguments) != {parameter}:
-        return f"Error: {call.name} takes exactly one argument, '{parameter}'."
-    tool = graph.search if call.name == "search" else graph.open
-    return tool(call.arguments[parameter])
-
-
-def matches_graph(row: Mapping, graph: KnowledgeGraph) -> bool:
-    """Whether replaying the row's reference tool calls on `graph` gives the row's tool results.
-
-    A wrong seed or split would otherwise score every episode against the wrong graph, silently.
-    """
-    observed, replayed = [], []
-    for message in row["messages"]:
-        if message["role"] == "tool":
-            observed.append(message["content"])
-        for call in message.get("tool_calls") or []:
-            replayed.append(execute(_recorded_call(call), graph))
-    return observed == replayed
-
-
-def _recorded_call(call: Mapping) -> ToolCall:
-    return ToolCall(call["name"], json.loads(call["arguments_json"]))
+from suites.answers import stated_answer
+from suites.search import KnowledgeGraph
+from suites.search_tools import execute
 
 
 @dataclass

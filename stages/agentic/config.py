@@ -1,0 +1,58 @@
+"""The agentic RL stage's configuration: tasks and their services, engines, the async schedule, the loss."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rollout.envs.catalog import task_class
+from rollout.orchestrator import EpisodeSettings
+from stages.agentic.loss import ImportanceSettings
+from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+
+
+def check_tasks(tasks: list[str]) -> list[str]:
+    """Each task is offered (`posttrain.tasks` entry point) or importable by dotted path, or a ValueError names it."""
+    for task in tasks:
+        task_class(task)
+    return tasks
+
+
+class AgenticRecipe(BaseModel):
+    """What a person or a preset tunes in agentic RL."""
+
+    model_config = ConfigDict(extra="forbid")
+    tasks: dict[str, float] = Field(default_factory=lambda: {"search": 1.0, "calc": 1.0},
+                                    description="each task's share of the rollout groups (a task name or dotted path)")
+    concurrency: dict[str, int] = Field(default_factory=dict, description="rollouts at once per task (default 64)")
+    group_size: int = Field(4, ge=2, description="G: rollouts per prompt")
+    groups_per_step: int = Field(4, ge=1)
+    max_steps: int = Field(20, ge=1)
+    optimizer: OptimizerSettings = Field(default_factory=lambda: OptimizerSettings(lr=5e-5, warmup_steps=2))
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    episode: EpisodeSettings = Field(default_factory=EpisodeSettings)
+    objective: ImportanceSettings = Field(default_factory=ImportanceSettings)
+    push_every: int = Field(1, ge=1, description="K: optimizer steps between weight pushes to the engines")
+    reset_optimizer_on_push: bool = Field(True, description="zero AdamW's moments after each push (SPEC)")
+    staleness_tau: int = Field(2, ge=0, description="τ: drop samples whose oldest weights are more than τ versions old")
+    mode: Literal["async", "sync"] = Field("async", description="sync waits for every rollout of a batch before training")
+    max_in_flight_groups: int = Field(16, ge=1, description="how far generation runs ahead of training (async)")
+    replicas: int = Field(2, ge=1, description="engine replicas started here when engine_urls is empty")
+    engine_urls: list[str] = Field(default_factory=list, description="running engines (ours or SGLang)")
+    env_latency_median_s: float | None = Field(None, gt=0, description="add a lognormal delay to every env step")
+    env_latency_sigma: float = Field(1.0, ge=0)
+    checkpoint_every: int = Field(10, ge=1)
+
+    @field_validator("tasks")
+    @classmethod
+    def _known_tasks(cls, tasks: dict[str, float]) -> dict[str, float]:
+        check_tasks(list(tasks))
+        return tasks
+
+
+class AgenticRlConfig(StageIO, AgenticRecipe):
+    stage_name: ClassVar[str] = "agentic_rl"
+    entry_module: ClassVar[str] = "stages.agentic.train"
+
+    data_seed: int = Field(0, description="the seed the suites were generated with (rebuilds search graphs)")

@@ -1,0 +1,42 @@
+"""Agent task rows from the published chat@1 suites: what the orchestrator poses to each task service."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rollout.envs.catalog import task_class
+from stages.common.chat_rows import prompt_messages, reference_answer
+from suites.prepare import split_seed
+from suites.search_tools import matches_graph, split_graph
+
+
+def agent_task_rows(rows: Sequence[Mapping], tasks: Sequence[str], data_seed: int) -> dict[str, list[dict]]:
+    """{task: rows} for the configured tasks: prompt messages, reference answer and task metadata. A task
+    poses the rows of the suite it is named after (its class's `name`: `search`, `calc`, ...).
+
+    Search rows carry the seed of the graph they were generated on; the first row of each split is
+    replayed against that graph, so a wrong `data_seed` fails here instead of scoring every episode
+    against the wrong graph.
+    """
+    task_of_suite = {task_class(task).name: task for task in tasks}
+    by_task: dict[str, list[dict]] = {task: [] for task in tasks}
+    checked: set[str] = set()
+    for row in rows:
+        task = task_of_suite.get(row["suite"])
+        if task is None:
+            continue
+        metadata = {}
+        if row["suite"] == "search":
+            metadata["graph_seed"] = split_seed(data_seed, row["split"])
+            if row["split"] not in checked:
+                if not matches_graph(row, split_graph(data_seed, row["split"])):
+                    raise ValueError(f"row {row['id']}: its tool results do not match the search graph of "
+                                     f"data_seed {data_seed}; set data_seed to the seed the suite was prepared with")
+                checked.add(row["split"])
+        by_task[task].append({"id": row["id"], "messages": list(prompt_messages(row)),
+                              "reference_answer": reference_answer(row), "metadata": metadata})
+    empty = [task for task, task_rows in by_task.items() if not task_rows]
+    if empty:
+        suites = [suite for suite, task in task_of_suite.items() if task in empty]
+        raise ValueError(f"no rows for tasks {empty}: the datasets hold no rows of the suites {suites}")
+    return by_task

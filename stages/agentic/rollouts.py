@@ -1,0 +1,179 @@
+"""Rollout groups for agentic RL, played on a background event loop while the trainer trains.
+
+The producer owns the engine router, the orchestrator and the task registry's HTTP endpoint. It keeps
+starting groups (G rollouts of one prompt, its task drawn by share) as long as it holds permits, and
+puts every finished group on a queue. The trainer returns permits: one per group it takes in async
+mode, so generation stays `max_in_flight_groups` ahead of training; a whole batch after each step in
+sync mode, so no rollout overlaps training. Weight pushes go through the router to every replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import random
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+from rollout.orchestrator import Orchestrator, RolloutResult, RolloutSpec
+from rollout.registry import TaskRegistry
+from rollout.router import EngineRouter
+from stages.agentic.config import AgenticRlConfig
+from stages.agentic.groups import is_stale, refill_group
+
+
+@dataclass
+class Group:
+    group_id: str
+    task: str
+    results: list[RolloutResult]
+
+
+class RolloutProducer:
+    def __init__(self, config: AgenticRlConfig, tokenizer, task_rows: dict[str, list[dict]], engine_urls: list[str],
+                 registry: TaskRegistry, rank: int, start_step: int = 0, weights: tuple[str, int] | None = None):
+        """`weights` (checkpoint dir, version): what the replicas must serve before the first rollout,
+        for a resumed run whose replicas started from the init checkpoint."""
+        self.config, self.tokenizer, self.task_rows, self.engine_urls = config, tokenizer, task_rows, engine_urls
+        self.registry, self.rank, self.weights = registry, rank, weights
+        self.groups: queue.Queue[Group | None] = queue.Queue()  # None: generation failed
+        self.loop = asyncio.new_event_loop()
+        self.router: EngineRouter | None = None
+        self._ready, self._failure = threading.Event(), None
+        # Created here, used on the producer's loop (asyncio primitives bind to a loop on first use).
+        self._stop_event = asyncio.Event()
+        initial = config.max_in_flight_groups if config.mode == "async" else config.groups_per_step
+        self._permits = asyncio.Semaphore(initial)
+        self._thread = threading.Thread(target=self._run, name="rollout-producer", daemon=True)
+        # Seeded by the step it starts at too: a resumed run does not replay the prompts it began with.
+        self._rng = random.Random(f"agentic-rl:{config.seed}:{rank}:{start_step}")
+
+    def start(self) -> None:
+        """Start generating as soon as the engines answer and every task's service has registered."""
+        self._thread.start()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        if not self._ready.wait(timeout_s) or self._failure is not None:
+            raise RuntimeError(f"the rollout producer did not start: {self._failure or 'timed out'}")
+
+    def grant(self, groups: int) -> None:
+        """Allow `groups` more groups to start."""
+        for _ in range(groups):
+            self.loop.call_soon_threadsafe(self._permits.release)
+
+    def next_group(self, timeout_s: float = 600.0) -> Group:
+        try:
+            group = self.groups.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RuntimeError(f"no rollout group finished within {timeout_s:.0f} s") from None
+        if group is None:
+            raise RuntimeError(f"rollout generation failed: {self._failure}")
+        return group
+
+    def push_weights(self, checkpoint_dir: str, version: int) -> None:
+        asyncio.run_coroutine_threadsafe(self.router.update_weights(checkpoint_dir, str(version)), self.loop).result()
+
+    def replica_stats(self) -> dict:
+        return {"load": self.router.load(), "requests": dict(self.router.requests), "retries": self.router.retries,
+                "removals": self.router.removals}
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self._stop_event.set)
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._produce())
+        except Exception as error:  # surfaced to the trainer by next_group / wait_ready
+            self._failure = repr(error)
+            self._ready.set()
+            self.groups.put(None)
+
+    async def _produce(self) -> None:
+        config = self.config
+        self.registry.bind(self.loop)
+        async with EngineRouter(self.engine_urls) as router:
+            self.router = router
+            if self.weights is not None:
+                checkpoint_dir, version = self.weights
+                await router.update_weights(checkpoint_dir, str(version))
+            await self.registry.wait_registered(list(config.tasks), timeout_s=120)
+            orchestrator = Orchestrator(self.registry, router, self.tokenizer, config.sampling.params(), config.episode)
+            self._ready.set()
+            running: set[asyncio.Task] = set()
+            index = 0
+            while not self._stop_event.is_set():
+                permit = asyncio.ensure_future(self._permits.acquire())
+                stop = asyncio.ensure_future(self._stop_event.wait())
+                await asyncio.wait({permit, stop}, return_when=asyncio.FIRST_COMPLETED)
+                stop.cancel()
+                if self._stop_event.is_set():
+                    permit.cancel()
+                    break
+                task = self.registry.next_task()
+                row = self._rng.choice(self.task_rows[task])
+                group_id = f"r{self.rank}-g{index}"
+                index += 1
+                specs = [RolloutSpec(f"{group_id}-{i}", group_id, task, row) for i in range(config.group_size)]
+                play = asyncio.create_task(self._play_group(orchestrator, group_id, task, specs))
+                running.add(play)
+                play.add_done_callback(running.discard)
+            for play in running:
+                play.cancel()
+            await orchestrator.aclose()
+
+    async def _play_group(self, orchestrator: Orchestrator, group_id: str, task: str, specs: list[RolloutSpec]) -> None:
+        try:
+            results = await asyncio.gather(*(orchestrator.play(spec) for spec in specs))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # no engine replica left, a bug: stop the trainer with the cause
+            self._failure = f"group {group_id}: {error!r}"
+            self.groups.put(None)
+            return
+        self.groups.put(Group(group_id, task, list(results)))
+
+
+@dataclass
+class GroupVerdict:
+    results: list[RolloutResult] | None  # refilled to G, or None when the group is dropped
+    env_failures: Counter  # by cause
+    stale: int
+
+
+def usable_group(group: Group, group_size: int, current_version: int, tau: int) -> GroupVerdict:
+    """Environment failures and stale samples out; the rest refilled to G if more than G/2 remain."""
+    failures = Counter(_cause(r.failure) for r in group.results if r.status == "env_error")
+    valid = [r for r in group.results if r.status != "env_error" and r.rows]
+    fresh = [r for r in valid if not is_stale(r.weight_versions, current_version, tau)]
+    return GroupVerdict(refill_group(fresh, group_size), failures, len(valid) - len(fresh))
+
+
+def _cause(failure: str | None) -> str:
+    """The failure without the episode-specific detail, for counting by cause: "unreachable",
+    "answered <status>", or the whole message."""
+    text = failure or "unknown"
+    if "unreachable" in text:
+        return "unreachable"
+    return "answered " + text.rsplit(" answered ", 1)[1] if " answered " in text else text
+
+
+def next_batch(producer: RolloutProducer, config: AgenticRlConfig, version: int):
+    """`groups_per_step` usable groups, taken as they finish; also the environment failures by cause,
+    the stale samples dropped and the groups dropped on the way."""
+    groups, failures, stale, dropped = [], Counter(), 0, 0
+    while len(groups) < config.groups_per_step:
+        group = producer.next_group()
+        if config.mode == "async":  # keep the same number of groups generating
+            producer.grant(1)
+        verdict = usable_group(group, config.group_size, version, config.staleness_tau)
+        failures.update(verdict.env_failures)
+        stale += verdict.stale
+        if verdict.results is None:
+            dropped += 1
+        else:
+            groups.append(verdict.results)
+    return groups, failures, stale, dropped

@@ -1,0 +1,148 @@
+"""Agentic RL: `python -m stages.agentic.train --config run.json`, fully asynchronous by default.
+
+Engine replicas and task services run as their own processes; a background producer plays rollout
+groups against them (stages/agentic/rollouts.py) while this loop trains on whichever groups have
+finished. Each step takes `groups_per_step` usable groups (environment failures removed, stale samples
+dropped, the G/2 refill rule applied), trains once with direct double-sided importance sampling
+against the engines' own logprobs (stages/agentic/loss.py), and every `push_every` steps sends the
+weights to every replica and resets the optimizer state.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from contextlib import ExitStack
+
+import torch
+
+from model.logprobs import next_token_logprobs
+from model.presets import load_model
+from rollout.process import EngineProcess
+from rollout.task_services import TaskServices
+from stages.agentic.config import AgenticRlConfig
+from stages.agentic.data import agent_task_rows
+from stages.agentic.loss import centred_advantages, direct_is_loss
+from stages.agentic.rollouts import RolloutProducer, next_batch
+from stages.common.checkpointer import StageCheckpointer
+from stages.common.datasets import load_split
+from stages.common.inputs import StageInputs, stage_main
+from stages.common.policy import push_weights, rl_training_engine
+from stages.common.rl_batches import TrainBatch, padded_batch
+
+
+def train(config: AgenticRlConfig, stage: StageInputs) -> str:
+    dist, events, workdir = stage.dist, stage.events, stage.workdir
+    if dist.world_size > 1 and not config.engine_urls:
+        raise ValueError("with several trainer ranks, give engine_urls: the ranks share the engine replicas")
+    tokenizer = stage.tokenizer()
+    task_rows = agent_task_rows(load_split(stage.datasets, "train", workdir), list(config.tasks), config.data_seed)
+    events.emit("data", **{f"{task}_prompts": len(rows) for task, rows in task_rows.items()})
+    model = load_model(stage.init_dir).eval()
+    engine = rl_training_engine(model, config.optimizer, world_size=dist.world_size,
+                                global_batch=config.groups_per_step * config.group_size * dist.world_size)
+    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer)
+    start_step = checkpointer.resume()
+    # Resumed weights count as a push of their own: the first samples carry a version none before had.
+    version = -(-start_step // config.push_every)
+
+    with ExitStack() as stack:
+        producer = start_rollouts(stack, config, stage, engine, tokenizer, task_rows, start_step, version)
+        started, trained_samples = time.monotonic(), 0
+        for step in range(start_step, config.max_steps):
+            groups, failures, stale, dropped = next_batch(producer, config, version)
+            step_started = time.monotonic()
+            health = rollout_health(groups, version, stale, dropped, failures)  # before this step's push
+            rewards = torch.tensor([[r.reward for r in results] for results in groups], dtype=torch.float32)
+            batch, advantages = segments_batch(groups, centred_advantages(rewards).flatten(), tokenizer.pad_token_id)
+            logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            logp_new = next_token_logprobs(logits, batch.input_ids, config.sampling.temperature)
+            loss, stats = direct_is_loss(logp_new, batch.logp_infer, advantages, batch.response_mask, config.objective)
+            engine.backward(loss)
+            engine.step()
+            trained_samples += sum(len(results) for results in groups)
+            if (step + 1) % config.push_every == 0:
+                version += 1
+                push_weights(engine, workdir, version, dist.is_main,
+                             (lambda path, v=version: producer.push_weights(path, v)) if dist.is_main else None)
+                if config.reset_optimizer_on_push:
+                    reset_optimizer_state(engine)
+            if config.mode == "sync":
+                producer.grant(config.groups_per_step)
+            checkpointer.end_of_step({
+                "step": step + 1, "loss": float(loss), "lr": engine.get_lr()[0], "reward_mean": float(rewards.mean()),
+                **success_by_task(groups), **stats, **health,
+                "weight_version": version, "trained_tokens": batch.response_tokens,
+                "train_s": time.monotonic() - step_started,
+                "samples_per_s": trained_samples / (time.monotonic() - started), "replicas": producer.replica_stats(),
+            })
+    return checkpointer.finish()
+
+
+def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs, engine, tokenizer, task_rows,
+                   start_step: int, version: int) -> RolloutProducer:
+    """Engine replicas (unless `engine_urls`), the task services and the producer playing groups on them,
+    all stopped when `stack` closes; a resumed run's weights reach the replicas first."""
+    dist, workdir = stage.dist, stage.workdir
+    replicas = [] if config.engine_urls else [
+        _launch(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log", seed=config.seed * 100 + i))
+        for i in range(config.replicas)
+    ]
+    services = stack.enter_context(TaskServices(  # starts while the replicas load
+        config.tasks, workdir, concurrency=config.concurrency, latency_median_s=config.env_latency_median_s,
+        latency_sigma=config.env_latency_sigma))
+    urls = config.engine_urls or [replica.wait_ready().base_url for replica in replicas]
+    weights = None
+    if start_step:  # the replicas started from the init checkpoint
+        weights = (push_weights(engine, workdir, version, dist.is_main, deliver=None), version)
+    producer = RolloutProducer(config, tokenizer, task_rows, urls, services.registry, dist.rank, start_step, weights)
+    stack.callback(producer.stop)
+    producer.start()
+    producer.wait_ready(timeout_s=120)
+    return producer
+
+
+def segments_batch(groups: list, advantages: torch.Tensor, pad_id: int) -> tuple[TrainBatch, torch.Tensor]:
+    """Every segment (rollout@1 row) of every rollout as one padded batch, each with its rollout's advantage."""
+    rollouts = [r for results in groups for r in results]
+    segments = [(row, float(a)) for r, a in zip(rollouts, advantages, strict=True) for row in r.rows]
+    batch = padded_batch([(row["prompt_ids"], row["response_ids"], row["loss_mask"], row["rollout_logprobs"])
+                          for row, _ in segments], pad_id)
+    return batch, torch.tensor([a for _, a in segments])
+
+
+def success_by_task(groups: list) -> dict[str, float]:
+    by_task = collections.defaultdict(list)
+    for results in groups:
+        by_task[results[0].spec.task].append(sum(r.reward for r in results) / len(results))
+    return {f"success/{task}": sum(v) / len(v) for task, v in by_task.items()}
+
+
+def rollout_health(groups: list, version: int, stale: int, dropped: int, failures: collections.Counter) -> dict:
+    """How old the trained samples' weights were, and what was dropped on the way to this batch."""
+    staleness = collections.Counter(version - min(r.weight_versions) for results in groups for r in results)
+    return {"staleness": {str(k): v for k, v in sorted(staleness.items())}, "stale_dropped": stale,
+            "groups_dropped": dropped, "env_failures": dict(failures)}
+
+
+def reset_optimizer_state(engine) -> None:
+    """Forget AdamW's moments (SPEC: after each weight push), whatever DeepSpeed wrapped around it."""
+    optimizer = engine.optimizer
+    while not isinstance(optimizer, torch.optim.Optimizer) and hasattr(optimizer, "optimizer"):
+        optimizer = optimizer.optimizer
+    optimizer.state = collections.defaultdict(dict)
+
+
+def _launch(stack: ExitStack, process: EngineProcess) -> EngineProcess:
+    stack.callback(process.stop)
+    process.launch()
+    return process
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(AgenticRlConfig, train, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    main()
+

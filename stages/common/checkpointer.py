@@ -1,0 +1,149 @@
+"""The one checkpointer every trainer uses: resume, commit resume state, commit the final checkpoint.
+
+A checkpoint is a Hugging Face directory (safetensors + config + tokenizer) with DeepSpeed's resume
+state under `deepspeed/`, the trainer's own state in `trainer_state.json`, every step's metrics so far
+in `metrics.jsonl`, and its lineage (with the eval summary: the `heldout_*` metrics of the last step
+that computed them). Only rank 0 commits; a crash before `_SUCCESS` leaves nothing a reader or a
+resume would pick up.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch.distributed as dist
+
+from data_contracts.lineage import Lineage, RewardModuleRef
+from infra.publish import data_input, publish_directory, published_contract
+from infra.store import ArtifactStore, CommittedArtifact
+from stages.common.config import StageIO
+from stages.common.inputs import StageInputs
+from stages.common.lineage import reward_model_checkpoints, stage_lineage
+
+DEEPSPEED_DIR = "deepspeed"
+TRAINER_STATE = "trainer_state.json"
+METRICS = "metrics.jsonl"
+STEP_NAME = re.compile(r"step-(\d+)$")
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def save_local(engine, model, tokenizer, local_dir: Path, step: int, trainer_state: dict, is_main: bool) -> None:
+    """Every rank writes its DeepSpeed shards; rank 0 adds `model`'s Hugging Face files (the engine may
+    train a wrapper around it)."""
+    if is_main and local_dir.exists():
+        shutil.rmtree(local_dir)
+    barrier()
+    engine.save_checkpoint(str(local_dir / DEEPSPEED_DIR), tag=f"step-{step}", client_state={"step": step})
+    if is_main:
+        model.save_pretrained(local_dir)
+        tokenizer.save_pretrained(local_dir)
+        (local_dir / TRAINER_STATE).write_text(json.dumps({**trainer_state, "step": step}, indent=2))
+    barrier()
+
+
+def commit(store: ArtifactStore, name: str, local_dir: Path, lineage: Lineage, is_main: bool) -> str | None:
+    uri = publish_directory(store, name, local_dir, lineage).uri if is_main else None
+    barrier()
+    return uri
+
+
+def step_artifact_name(prefix: str, step: int) -> str:
+    return f"{prefix}step-{step:06d}"
+
+
+def latest_committed(store: ArtifactStore, prefix: str) -> tuple[int, CommittedArtifact] | None:
+    steps = []
+    for name in store.list_committed(prefix):
+        match = STEP_NAME.search(name)
+        if match and name.startswith(prefix):
+            steps.append((int(match.group(1)), name))
+    if not steps:
+        return None
+    step, name = max(steps)
+    return step, store.open(name)
+
+
+def restore(engine, artifact: CommittedArtifact, local_dir: Path, step: int, is_local_main: bool) -> dict:
+    """Load model, optimizer and scheduler state of `artifact` into the engine; returns the trainer state."""
+    if is_local_main:
+        if local_dir.exists():
+            shutil.rmtree(local_dir)
+        artifact.download(local_dir)
+    barrier()
+    engine.load_checkpoint(str(local_dir / DEEPSPEED_DIR), tag=f"step-{step}")
+    return json.loads((local_dir / TRAINER_STATE).read_text())
+
+
+def eval_summary(history: list[dict]) -> dict[str, float]:
+    """The `heldout_*` metrics of the last step that computed any (SFT's loss, the ORM's accuracy)."""
+    evaluated = [record for record in history if any(key.startswith("heldout_") for key in record)]
+    return {key: value for key, value in evaluated[-1].items() if key.startswith("heldout_")} if evaluated else {}
+
+
+class StageCheckpointer:
+    """A trainer's state on the store. `resume()` before the first step, `end_of_step(record)` after each
+    (commits resume state every `config.checkpoint_every` steps but the last), `finish()` at the end
+    (commits the final checkpoint under `config.output_name`).
+
+    `model` is the Hugging Face model inside `engine` (the engine may train a wrapper around it);
+    `reward_refs` and `teachers` go into every commit's lineage, with the reward models the refs name.
+    """
+
+    def __init__(self, config: StageIO, stage: StageInputs, engine, model, tokenizer, *,
+                 reward_refs: Sequence[RewardModuleRef] = (), teachers: Sequence[CommittedArtifact] = ()):
+        self.config, self.stage, self.engine, self.model, self.tokenizer = config, stage, engine, model, tokenizer
+        self.reward_refs, self.teachers = list(reward_refs), list(teachers)
+        self.history: list[dict] = []
+        self.resumed_from: str | None = None
+
+    def resume(self) -> int:
+        """Restore the last committed step into the engine (and its history); the step to start from."""
+        stage = self.stage
+        latest = latest_committed(stage.store, self.config.resume_prefix)
+        if latest is None:
+            return 0
+        step, artifact = latest
+        state = restore(self.engine, artifact, stage.workdir / "resume", step, stage.dist.local_rank == 0)
+        self.history, self.resumed_from = state["history"], artifact.uri
+        stage.events.emit("resumed", step=step, checkpoint=artifact.uri)
+        return step
+
+    def end_of_step(self, record: dict) -> None:
+        """Keep and announce the step's metrics; commit resume state when the step is due one."""
+        self.history.append(record)
+        self.stage.events.emit("step", total=self.config.max_steps, **record)
+        step = record["step"]
+        if step % self.config.checkpoint_every == 0 and step < self.config.max_steps:
+            uri = self.commit(step, step_artifact_name(self.config.resume_prefix, step))
+            self.stage.events.emit("committed", step=step, checkpoint=uri)
+
+    def finish(self) -> str | None:
+        """Commit the final checkpoint and announce it; its URI (None on ranks other than 0)."""
+        uri = self.commit(self.config.max_steps, self.config.output_name)
+        self.stage.events.emit("done", checkpoint=uri, resumed_from=self.resumed_from, already_committed=False,
+                               **eval_summary(self.history))
+        return uri
+
+    def commit(self, step: int, name: str) -> str | None:
+        config, stage = self.config, self.stage
+        local = stage.workdir.parent / "commit" / f"step-{step}"
+        save_local(self.engine, self.model, self.tokenizer, local, step, {"history": self.history}, stage.dist.is_main)
+        if stage.dist.is_main:
+            (local / METRICS).write_text("".join(json.dumps(record) + "\n" for record in self.history))
+        lineage = stage_lineage(
+            name=f"{config.stage_name} {config.run_id} step {step}", config=config.model_dump(mode="json"),
+            seed=config.seed, init=stage.init,
+            inputs=[data_input(dataset, None, published_contract(dataset)) for dataset in stage.datasets],
+            provenance=config.provenance, reward_modules=self.reward_refs,
+            reward_models=reward_model_checkpoints(self.reward_refs, stage.store), teachers=self.teachers,
+            eval_summary=eval_summary(self.history),
+        )
+        return commit(stage.store, name, local, lineage, stage.dist.is_main)

@@ -1,0 +1,103 @@
+"""The parts every stage config is composed of: where it reads and writes (StageIO), and the shared
+settings sub-models each stage nests (optimizer, sampling, held-out evaluation).
+
+A stage config is `class XConfig(StageIO, XRecipe)`: StageIO's fields are filled by whoever launches
+the stage (the pipeline, a form, a run.json), the recipe's are what a person or a preset tunes. Both
+are flat pydantic models; nothing inherits further.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from data_contracts import CHAT_V1
+from data_contracts.contract import Contract
+from rollout.protocol import SamplingParams
+
+
+class Provenance(BaseModel):
+    """Who and what launched the job; goes into lineage verbatim."""
+
+    model_config = ConfigDict(extra="forbid")
+    flow_run_id: str | None = None
+    deployment_id: str | None = None
+    flow_name: str | None = None
+    triggered_by: str | None = None
+    wandb_run: str | None = None
+
+
+class StageIO(BaseModel):
+    """The fields every training stage's config has: where it reads, where it writes, how it is seeded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(..., pattern=r"^[A-Za-z0-9._=+@-]+$", description="Names the run's artifacts.")
+    store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
+    init_checkpoint: str = Field(..., description="URI of the committed checkpoint to start from.")
+    datasets: list[str] = Field(..., min_length=1, description="URIs of committed datasets (train/test splits).")
+    output_name: str = Field("", description="Artifact name of the final checkpoint; default checkpoints/<stage>/<run_id>.")
+    seed: int = 0
+    provenance: Provenance = Field(default_factory=Provenance)
+
+    # The folder under checkpoints/ a stage's outputs go to by default.
+    stage_name: ClassVar[str] = "stage"
+    # The module that runs the stage's job: `python -m <entry_module> --config run.json`.
+    entry_module: ClassVar[str] = ""
+    # What every dataset in `datasets` must be: conversations (chat@1), or RL prompts (prompt@1).
+    dataset_contract: ClassVar[Contract] = CHAT_V1
+
+    @model_validator(mode="after")
+    def _default_output(self):
+        if not self.output_name:
+            self.output_name = f"checkpoints/{self.stage_name}/{self.run_id}"
+        return self
+
+    @classmethod
+    def accepts_contract(cls, contract_id: str | None) -> bool:
+        """Whether a dataset published under `contract_id` is one this stage reads."""
+        return contract_id == cls.dataset_contract.id
+
+    @property
+    def resume_prefix(self) -> str:
+        return f"{self.output_name}-steps/"
+
+
+class OptimizerSettings(BaseModel):
+    """AdamW (betas 0.9, 0.95) under DeepSpeed: the peak learning rate, its linear warm-up, clipping, ZeRO."""
+
+    model_config = ConfigDict(extra="forbid")
+    lr: float = Field(5e-5, gt=0)
+    warmup_steps: int = Field(5, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    zero_stage: Literal[0, 1, 2] = 0
+
+
+class SamplingSettings(BaseModel):
+    """How the policy samples its training responses."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(64, ge=1, description="per response (per turn in agent episodes)")
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens)
+
+
+class HeldoutSettings(BaseModel):
+    """The trainer's own held-out metric, computed on the test split while training."""
+
+    model_config = ConfigDict(extra="forbid")
+    every: int = Field(100, ge=1, description="every this many steps, and after the last")
+    samples: int | None = Field(None, ge=1, description="the first this many held-out samples; default all")
+    batch_size: int | None = Field(None, ge=1, description="default: the training batch size")
+
+
+def per_rank(count: int, world_size: int, field: str) -> int:
+    """`count` split evenly over the ranks, or a ValueError naming the config field that does not split."""
+    if count % world_size:
+        raise ValueError(f"{field} {count} does not split over {world_size} ranks")
+    return count // world_size

@@ -1,0 +1,73 @@
+"""What every training stage does before it trains: skip if done, else fetch its init checkpoint and data."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from infra.store import ArtifactStore, CommittedArtifact, open_store
+from model.tokenizer import load_tokenizer
+from stages.common.config import StageIO
+from stages.common.distributed import Dist, init_distributed
+from stages.common.events import EventLog
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    dist: Dist
+    events: EventLog
+    store: ArtifactStore
+    workdir: Path  # this rank's scratch directory for the run
+    init: CommittedArtifact
+    init_dir: Path  # the init checkpoint, downloaded (digests checked)
+    datasets: list[CommittedArtifact]
+
+    def tokenizer(self):
+        return load_tokenizer(self.init_dir)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def start_stage(config: StageIO) -> StageInputs | str:
+    """Join the process group, seed, and fetch the stage's inputs; or, when a previous run committed
+    the stage's output, return that output's URI (announced as done: re-running is a no-op)."""
+    dist = init_distributed()
+    seed_everything(config.seed)
+    events = EventLog(dist.is_main)
+    store = open_store(config.store)
+    if store.is_committed(config.output_name):
+        uri = store.open(config.output_name).uri
+        events.emit("done", checkpoint=uri, resumed_from=None, already_committed=True)
+        return uri
+    workdir = Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id / f"rank-{dist.rank}"
+    init = store.open(config.init_checkpoint)
+    init_dir = workdir / "init"
+    if not (init_dir / "config.json").exists():
+        init.download(init_dir)
+    return StageInputs(dist, events, store, workdir, init, init_dir, [store.open(uri) for uri in config.datasets])
+
+
+def run_stage(config: StageIO, train: Callable[[StageIO, StageInputs], str]) -> str:
+    """`train(config, inputs)`, or the committed output's URI when a previous run finished this config."""
+    stage = start_stage(config)
+    return stage if isinstance(stage, str) else train(config, stage)
+
+
+def stage_main(config_type: type[StageIO], train: Callable[[StageIO, StageInputs], str], description: str,
+               argv: list[str] | None = None) -> None:
+    """`python -m <entry module> --config run.json`: run the stage on a serialized config."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", required=True, type=Path, help=f"run.json: a serialized {config_type.__name__}")
+    args, _ = parser.parse_known_args(argv)  # launchers append their own flags (e.g. --local_rank)
+    run_stage(config_type.model_validate_json(args.config.read_text()), train)

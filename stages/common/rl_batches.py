@@ -1,0 +1,51 @@
+"""Engine samples as a training batch, keeping the engine's exact token ids (TITO)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rollout.client import Sample
+
+
+@dataclass
+class TrainBatch:
+    """Right-padded prompt + response sequences; per-target tensors are aligned with input_ids[:, 1:]."""
+
+    input_ids: torch.Tensor  # [N, L]
+    attention_mask: torch.Tensor  # [N, L]
+    response_mask: torch.Tensor  # [N, L-1]: 1 where the target is a generated token
+    logp_infer: torch.Tensor  # [N, L-1]: the engine's logprob of that target
+
+    @property
+    def response_tokens(self) -> int:
+        return int(self.response_mask.sum())
+
+
+def train_batch(samples: Sequence[Sample], pad_id: int) -> TrainBatch:
+    """The sampled sequences exactly as the engine returned their ids, ready for the loss."""
+    return padded_batch([(s.prompt_ids, s.output_ids, [1] * len(s.output_ids), s.output_logprobs) for s in samples], pad_id)
+
+
+def padded_batch(sequences: Sequence[tuple[list[int], list[int], list[int], list[float]]], pad_id: int) -> TrainBatch:
+    """(prompt ids, response ids, response loss mask, response logprobs) rows → right-padded tensors.
+
+    The response may hold environment tokens (mask 0) between the model's turns (agentic RL)."""
+    width = max(len(prompt) + len(response) for prompt, response, _, _ in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    trained = torch.zeros((len(sequences), width - 1), dtype=torch.float32)
+    logp_infer = torch.zeros((len(sequences), width - 1), dtype=torch.float32)
+    for row, (prompt, response, mask, logprobs) in enumerate(sequences):
+        if not len(logprobs) == len(mask) == len(response):
+            raise ValueError(f"row {row}: {len(logprobs)} logprobs and {len(mask)} mask values for {len(response)} tokens")
+        sequence = prompt + response
+        ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention[row, : len(sequence)] = 1
+        # Target position t predicts sequence[t + 1]: the response is targets len(prompt)-1 onwards.
+        start, end = len(prompt) - 1, len(sequence) - 1
+        trained[row, start:end] = torch.tensor(mask, dtype=torch.float32)
+        logp_infer[row, start:end] = torch.tensor(logprobs)
+    return TrainBatch(ids, attention, trained, logp_infer)

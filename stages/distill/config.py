@@ -1,0 +1,79 @@
+"""The distillation stage's config: the student, its teachers and each teacher's prompt set."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from data_contracts import CHAT_V1, PROMPT_V1
+from rollout.orchestrator import EpisodeSettings
+from stages.agentic.config import check_tasks
+from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.grpo.loss import IcePopSettings
+
+# The stages whose final checkpoints teach, and so how their domain is evaluated (flows/distill.py).
+TeacherSource = Literal["reasoning_rl", "agentic_rl", "general_rl"]
+
+
+class TeacherSpec(BaseModel):
+    """One teacher: a committed checkpoint and the datasets of the RL prompts it was trained on."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: TeacherSource
+    checkpoint: str = Field(..., min_length=1)
+    datasets: list[str] = Field(..., min_length=1, description="chat@1 or prompt@1 datasets whose train prompts it scores")
+    engine_url: str | None = Field(None, description="A running engine serving this teacher (ours or SGLang); "
+                                                     "default: start one in the job.")
+    share: int = Field(1, ge=1, description="its prompts' share of every batch, relative to the other teachers'")
+    agent_tasks: list[str] = Field(default_factory=list, description=(
+        "Play this teacher's prompts as whole agent episodes against these tasks' services (the student "
+        "samples every turn, the teacher scores every turn); default: the first reply only."))
+
+    @field_validator("agent_tasks")
+    @classmethod
+    def _known_tasks(cls, tasks: list[str]) -> list[str]:
+        return check_tasks(tasks)
+
+
+class DistillRecipe(BaseModel):
+    """What a person or a preset tunes in distillation."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompts_per_step: int = Field(24, ge=1, description="split over the teachers by their shares")
+    max_steps: int = Field(20, ge=1)
+    optimizer: OptimizerSettings = Field(default_factory=lambda: OptimizerSettings(lr=2e-5, warmup_steps=2))
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    objective: IcePopSettings = Field(default_factory=IcePopSettings)
+    episode: EpisodeSettings = Field(default_factory=EpisodeSettings,
+                                     description="turns and context management of the agent episodes")
+    engine_url: str | None = Field(None, description="A running engine for the student; default: start one here.")
+    checkpoint_every: int = Field(20, ge=1)
+
+
+class DistillConfig(StageIO, DistillRecipe):
+    """On-policy distillation (SPEC Eq. 2): the student samples one response per prompt (G = 1), the
+    prompt's own teacher scores it, and the per-token advantage is log π_teacher − log π_student."""
+
+    stage_name: ClassVar[str] = "distill"
+    entry_module: ClassVar[str] = "stages.distill.train"
+    dataset_contract = CHAT_V1  # and prompt@1 (accepts_contract): general RL's prompts are prompt@1
+
+    teachers: list[TeacherSpec] = Field(..., min_length=1)
+    datasets: list[str] = Field(default_factory=list, description="Filled from the teachers' datasets.")
+    data_seed: int = Field(0, description="the seed the suites were generated with (rebuilds search graphs)")
+
+    @classmethod
+    def accepts_contract(cls, contract_id: str | None) -> bool:
+        return contract_id in (CHAT_V1.id, PROMPT_V1.id)
+
+    @model_validator(mode="after")
+    def _datasets_are_the_teachers(self):
+        sources = [teacher.source for teacher in self.teachers]
+        if len(set(sources)) != len(sources):
+            raise ValueError(f"teachers: each source teaches once, got {sources}")
+        taught = sorted({uri for teacher in self.teachers for uri in teacher.datasets})
+        if self.datasets and sorted(self.datasets) != taught:
+            raise ValueError(f"datasets {sorted(self.datasets)} differ from the teachers' datasets {taught}")
+        self.datasets = taught
+        return self

@@ -1,0 +1,147 @@
+"""On-policy distillation: `python -m stages.distill.train --config run.json`, alone or under torchrun / deepspeed.
+
+The final stage (SPEC "Cross-stage on-policy distillation"): the student — the last RL stage's
+checkpoint — samples one response per prompt (G = 1) on its own engine; the teacher of the prompt's
+source (the final checkpoint of the stage whose prompt set it comes from) scores every sampled token
+by prefill on its own engine; each token's advantage is sg[log π_teacher − log π_student], trained
+with the Eq. 1 objective (IcePop gate and clip kept). Weights reach the student's engine after every
+step: fully on-policy. Every teacher is a `teacher` parent of the committed checkpoint.
+
+A teacher with `agent_tasks` (the agentic one) gets whole episodes: the student plays its task rows
+against the tasks' services started here, as agentic RL did, and the teacher scores every turn the
+student sampled. Episode turns are sampled without a per-request seed (a seeded request runs alone
+on the engine, and episodes are many short concurrent requests), so with such a teacher a re-run
+samples differently.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from contextlib import ExitStack
+
+from model.logprobs import next_token_logprobs
+from model.presets import load_model
+from rollout.client import EngineClient
+from rollout.episodes import play_episodes
+from rollout.orchestrator import RolloutResult, RolloutSpec
+from rollout.protocol import SamplingParams
+from rollout.task_services import TaskServices
+from stages.common.checkpointer import StageCheckpointer
+from stages.common.config import per_rank
+from stages.common.distributed import Dist, all_mean
+from stages.common.inputs import StageInputs, stage_main
+from stages.common.policy import policy_engine, push_weights, rl_training_engine
+from stages.common.rl_batches import TrainBatch, padded_batch
+from stages.distill.config import DistillConfig
+from stages.distill.data import AgentEpisode, draw_prompts, teacher_prompts
+from stages.distill.loss import distill_advantages, response_aligned, reverse_kl_by_teacher
+from stages.distill.rows import StudentRow, episode_rows, sample_rows
+from stages.distill.teachers import teacher_engines, teacher_logprobs
+from stages.grpo.loss import grpo_icepop_loss
+
+
+def train(config: DistillConfig, stage: StageInputs) -> str:
+    dist, events, workdir = stage.dist, stage.events, stage.workdir
+    tokenizer = stage.tokenizer()
+    prompts = teacher_prompts(stage.store, config.teachers, tokenizer, workdir,
+                              limit=config.max_steps * config.prompts_per_step, seed=config.seed, data_seed=config.data_seed)
+    teachers = [stage.store.open(teacher.checkpoint) for teacher in config.teachers]
+    shares = {teacher.source: teacher.share for teacher in config.teachers}
+    events.emit("data", train_prompts={source: len(p) for source, p in prompts.items()},
+                teachers={t.source: a.uri for t, a in zip(config.teachers, teachers, strict=True)})
+
+    model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
+    engine = rl_training_engine(model, config.optimizer, global_batch=config.prompts_per_step, world_size=dist.world_size)
+    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, teachers=teachers)
+    start_step = checkpointer.resume()
+    share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
+    agent_tasks = sorted({task for teacher in config.teachers for task in teacher.agent_tasks})
+    with ExitStack() as stack:
+        scorers = teacher_engines(stack, config.teachers, workdir, config.seed)
+        services = stack.enter_context(TaskServices(dict.fromkeys(agent_tasks, 1.0), workdir)) if agent_tasks else None
+        student = policy_engine(stack, config, engine, workdir, dist, start_step)
+        for step in range(start_step, config.max_steps):
+            rng = random.Random(f"distill:{config.seed}:{step}")
+            drawn = draw_prompts(prompts, shares, share * dist.world_size, rng)
+            step_prompts = drawn[dist.rank * share:(dist.rank + 1) * share]
+
+            started = time.monotonic()
+            sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
+            rows, episodes = student_rows(student, step_prompts, sampling, services, tokenizer, config,
+                                          f"s{step + 1}-r{dist.rank}")
+            rollout_s = time.monotonic() - started
+            started = time.monotonic()
+            scored = teacher_logprobs(scorers, rows)
+            teacher_s = time.monotonic() - started
+
+            started = time.monotonic()
+            batch = padded_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows],
+                                 tokenizer.pad_token_id)
+            logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            logp_new = next_token_logprobs(logits, batch.input_ids, config.sampling.temperature)
+            # One optimizer step per batch: π_θ_old is this forward without its gradient.
+            logp_old = logp_new.detach()
+            logp_teacher = response_aligned([len(r.prompt_ids) for r in rows], scored, logp_old.shape[1])
+            advantages = distill_advantages(logp_teacher, logp_old, batch.response_mask)
+            loss, stats = grpo_icepop_loss(logp_new, logp_old, batch.logp_infer, advantages, batch.response_mask,
+                                           config.objective)
+            engine.backward(loss)
+            engine.step()
+            train_s = time.monotonic() - started
+            push_weights(engine, workdir, step + 1, dist.is_main,
+                         lambda path, version=str(step + 1): student.update_weights(path, version))
+
+            kl = reverse_kl_by_teacher(logp_teacher, logp_old, batch.response_mask, [r.teacher for r in rows],
+                                       list(shares))
+            checkpointer.end_of_step({
+                "step": step + 1, "loss": all_mean(float(loss)), "lr": engine.get_lr()[0],
+                "reverse_kl": all_mean(float(-(advantages.sum() / batch.response_mask.sum()))),
+                **{name: all_mean(value) for name, value in kl.items()},
+                **{name: all_mean(value) for name, value in stats.items()},
+                "response_length": all_mean(batch.response_tokens / len(rows)),
+                **(episode_metrics(episodes, dist) if agent_tasks else {}),
+                **throughput(batch, rollout_s, teacher_s, train_s, dist),
+                "weight_version": step,
+            })
+    return checkpointer.finish()
+
+
+def episode_metrics(episodes: list[RolloutResult], dist: Dist) -> dict:
+    return {"episodes": round(all_mean(len(episodes)) * dist.world_size),
+            "episode_turns": all_mean(sum(e.turns for e in episodes) / max(len(episodes), 1)),
+            "env_failures": round(all_mean(sum(e.status == "env_error" for e in episodes)) * dist.world_size)}
+
+
+def throughput(batch: TrainBatch, rollout_s: float, teacher_s: float, train_s: float, dist: Dist) -> dict:
+    sampled = batch.response_tokens
+    return {"trained_tokens": int(all_mean(sampled) * dist.world_size),
+            "rollout_tokens_per_s": all_mean(sampled / rollout_s) * dist.world_size,
+            "teacher_tokens_per_s": all_mean(float(batch.attention_mask.sum()) / teacher_s) * dist.world_size,
+            "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size}
+
+
+def student_rows(student: EngineClient, prompts: list, sampling: SamplingParams, services: TaskServices | None,
+                 tokenizer, config: DistillConfig, batch_id: str) -> tuple[list[StudentRow], list[RolloutResult]]:
+    """What the student samples for this step's prompts: one reply to each first-reply prompt (a single
+    seeded request) and every agent episode played to the end; the rows to train and the episodes."""
+    replies = [p for p in prompts if not isinstance(p, AgentEpisode)]
+    episodes = [p for p in prompts if isinstance(p, AgentEpisode)]
+    samples = student.generate([p.prompt_ids for p in replies], sampling) if replies else []
+    specs = [RolloutSpec(f"{batch_id}-{i}", f"{batch_id}-{i}", episode.task, episode.row)
+             for i, episode in enumerate(episodes)]
+    results = play_episodes(specs, student.base_url, services, tokenizer, sampling.model_copy(update={"sampling_seed": None}),
+                            config.episode) if specs else []
+    rows = sample_rows(samples, [p.metadata["teacher"] for p in replies]) + episode_rows(results, [e.teacher for e in episodes])
+    if not rows:
+        raise RuntimeError(f"batch {batch_id}: nothing to train, the environment failed in every episode: "
+                           + "; ".join(sorted({r.failure or "" for r in results})))
+    return rows, results
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(DistillConfig, train, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Held-out tool-task success of a committed checkpoint: agent episodes on the test splits, as eval@1.
+
+The episodes run exactly as in agentic RL training (engine, task services, orchestrator), greedy by
+default, on the first `episodes_per_task` held-out rows of each task. Success is the services' own
+verdict; an episode whose environment failed is counted apart, never as a model failure.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from infra.store import ArtifactStore
+from model.tokenizer import load_tokenizer
+from rollout.client import EngineClient
+from rollout.episodes import play_episodes
+from rollout.orchestrator import EpisodeSettings, RolloutResult, RolloutSpec
+from rollout.process import EngineProcess
+from rollout.protocol import SamplingParams
+from rollout.task_services import TaskServices
+from stages.agentic.data import agent_task_rows
+from stages.common.datasets import load_split
+from stages.evaluation.committed import committed_eval
+
+MODE = "engine"
+
+
+@dataclass(frozen=True)
+class AgenticEvalSettings:
+    episodes_per_task: int = 100
+    temperature: float = 0.0
+    max_new_tokens: int = 64
+    episode: EpisodeSettings = field(default_factory=EpisodeSettings)
+    seed: int = 0  # the seed the suites were prepared with
+
+
+def evaluate_agentic(store: ArtifactStore, checkpoint_uri: str, dataset_uris: list[str], tasks: list[str],
+                     settings: AgenticEvalSettings, engine_url: str | None = None) -> dict[str, float]:
+    """{"<task>/tool_success", "tool_success", "env_failures"} for the checkpoint, committed once; on the
+    engine at `engine_url` (made to serve the checkpoint first) or on one started here."""
+    checkpoint = store.open(checkpoint_uri)
+    datasets = [store.open(uri) for uri in dataset_uris]
+    config = {"kind": "agentic", "settings": asdict(settings), "tasks": sorted(tasks), "checkpoint": checkpoint.digest,
+              "datasets": sorted(d.digest for d in datasets)}
+
+    def run(workdir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
+        tokenizer = load_tokenizer(checkpoint.download(workdir / "checkpoint"))
+        rows = agent_task_rows(load_split(datasets, "test", workdir / "data"), tasks, settings.seed)
+        specs = [RolloutSpec(f"eval-{task}-{i}", f"eval-{task}-{i}", task, row)
+                 for task in sorted(tasks) for i, row in enumerate(rows[task][: settings.episodes_per_task])]
+        with ExitStack() as stack:
+            if engine_url:
+                EngineClient(engine_url).update_weights(checkpoint.uri)
+            else:
+                engine = EngineProcess(checkpoint.uri, workdir / "engine.log", seed=settings.seed)
+                stack.callback(engine.stop)
+                engine.launch()
+            services = stack.enter_context(TaskServices(dict.fromkeys(tasks, 1.0), workdir))  # while it loads
+            url = engine_url or engine.wait_ready().base_url
+            results = play_episodes(specs, url, services, tokenizer,
+                                    SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens),
+                                    settings.episode)
+        metrics = success_metrics(results, tasks)
+        created_at = datetime.now(UTC).isoformat(timespec="seconds")
+        eval_rows = [{"checkpoint_uri": checkpoint.uri, "suite": name.split("/")[0] if "/" in name else "all",
+                      "metric": name.rsplit("/", 1)[-1], "split": "test", "value": value, "n": len(results),
+                      "created_at": created_at} for name, value in metrics.items()]
+        return {MODE: metrics}, eval_rows
+
+    return committed_eval(store, checkpoint, datasets, config, settings.seed, run)[MODE]
+
+
+def success_metrics(results: list[RolloutResult], tasks: list[str]) -> dict[str, float]:
+    scored = [r for r in results if r.status != "env_error"]
+    metrics = {}
+    for task in sorted(tasks):
+        mine = [r.reward for r in scored if r.spec.task == task]
+        metrics[f"{task}/tool_success"] = sum(mine) / len(mine) if mine else 0.0
+    metrics["tool_success"] = sum(r.reward for r in scored) / len(scored) if scored else 0.0
+    metrics["env_failures"] = float(len(results) - len(scored))
+    return metrics

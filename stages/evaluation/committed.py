@@ -1,0 +1,104 @@
+"""Evaluate a committed checkpoint on the held-out splits and commit the metrics as an eval@1 artifact.
+
+Runs the same model twice when asked: with DSA sparse attention (how it is served) and dense, so a
+report can show what sparsity costs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from data_contracts import EVAL_V1, write_parquet
+from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
+from infra.publish import data_input, parent_ref, publish_directory, published_contract
+from infra.store import ArtifactStore, CommittedArtifact
+from model.dsa import install_dsa_indexers, set_dense_attention
+from model.presets import load_model
+from model.tokenizer import load_tokenizer
+from stages.common.datasets import load_split
+from stages.evaluation.evaluate import SUITES as EVALUATED_SUITES
+from stages.evaluation.evaluate import evaluate
+from stages.evaluation.report import eval_rows
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    limit_per_suite: int = 200
+    # Search episodes are several generations each: a smaller cap keeps evaluation short.
+    search_episodes: int | None = None
+    batch_size: int = 64
+    max_new_tokens: int = 96
+    # A search episode's turn budget: the reference trajectories take 4 or 5 turns.
+    max_turns: int = 6
+    seed: int = 0  # the seed the suites were prepared with
+
+
+def evaluate_checkpoint(
+    store: ArtifactStore, checkpoint_uri: str, dataset_uris: dict[str, str], settings: EvalSettings,
+    attention: tuple[str, ...] = ("sparse",),
+) -> dict[str, dict[str, float]]:
+    """{attention: metrics} for the checkpoint, committed as `evals/<checkpoint>-<settings>`."""
+    checkpoint = store.open(checkpoint_uri)
+    datasets = {suite: store.open(uri) for suite, uri in dataset_uris.items() if suite in EVALUATED_SUITES}
+    config = {"settings": asdict(settings), "attention": list(attention), "checkpoint": checkpoint.digest,
+              "datasets": {suite: d.digest for suite, d in datasets.items()}}
+
+    def run(workdir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
+        local = checkpoint.download(workdir / "checkpoint")
+        model, tokenizer = load_model(local).eval(), load_tokenizer(local)
+        install_dsa_indexers(model)
+        caps = {"search": settings.search_episodes}
+        rows = {suite: load_split([dataset], "test", workdir / suite)[: caps.get(suite)]
+                for suite, dataset in datasets.items()}
+        results, all_rows = {}, []
+        for mode in attention:
+            set_dense_attention(model, dense=mode == "dense", score_keys=mode != "dense")
+            report = evaluate(model, tokenizer, rows, seed=settings.seed, limit_per_suite=settings.limit_per_suite,
+                              batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
+                              max_turns=settings.max_turns)
+            results[mode] = report.metrics
+            all_rows += [dict(row, metric=f"{row['metric']}@{mode}") for row in eval_rows(report, checkpoint.uri, "test")]
+        return results, all_rows
+
+    return committed_eval(store, checkpoint, list(datasets.values()), config, settings.seed, run)
+
+
+EvalRun = Callable[[Path], tuple[dict[str, dict[str, float]], list[dict]]]
+
+
+def committed_eval(
+    store: ArtifactStore, checkpoint: CommittedArtifact, datasets: list[CommittedArtifact], config: dict, seed: int,
+    run: EvalRun,
+) -> dict[str, dict[str, float]]:
+    """Run an evaluation once per (checkpoint, config): `run(workdir)` gives {mode: metrics} and eval@1 rows,
+    committed as `evals/<checkpoint>-<config digest>`; later calls read the committed record back."""
+    name = f"evals/{checkpoint.uri.rsplit('/', 1)[-1]}-{config_digest(config)[:12]}"
+    if store.is_committed(name):
+        return _results_from_summary(Lineage.model_validate(store.open(name).lineage()).eval_summary)
+    with tempfile.TemporaryDirectory(prefix="posttrain-eval-") as tmp:
+        workdir = Path(tmp)
+        results, rows = run(workdir)
+        out = workdir / "eval"
+        out.mkdir()
+        write_parquet(EVAL_V1, rows, out / "metrics.parquet")
+        lineage = Lineage(
+            kind="eval", name=f"eval of {checkpoint.uri.rsplit('/', 1)[-1]}",
+            parents=[parent_ref(checkpoint, "evaluated")], inputs=[data_input(d, None, published_contract(d)) for d in datasets],
+            config=config, config_sha256=config_digest(config), code=current_code_version(),
+            libraries=library_versions(), seed=seed, eval_summary={
+                f"{name}@{mode}": value for mode, metrics in results.items() for name, value in metrics.items()
+            },
+        )
+        publish_directory(store, name, out, lineage)
+    return results
+
+
+def _results_from_summary(summary: dict[str, float]) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
+    for key, value in summary.items():
+        name, _, mode = key.rpartition("@")
+        results.setdefault(mode, {})[name] = value
+    return results

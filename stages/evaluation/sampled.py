@@ -1,0 +1,57 @@
+"""Held-out arith accuracy of a committed checkpoint through a rollout engine, committed as eval@1.
+
+Reasoning RL's yardstick: greedy accuracy and the mean over k samples at the training temperature.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from infra.store import ArtifactStore
+from model.tokenizer import load_tokenizer
+from rollout.process import engine_serving
+from stages.common.datasets import load_split
+from stages.evaluation.committed import committed_eval
+from stages.evaluation.sampled_arith import sampled_arith_accuracy
+
+MODE = "engine"  # how these metrics are keyed in the eval record (the SFT eval's are "sparse"/"dense")
+
+
+@dataclass(frozen=True)
+class SampledEvalSettings:
+    prompts: int = 1000
+    samples_per_prompt: int = 4
+    temperature: float = 1.0
+    max_new_tokens: int = 64
+    seed: int = 0
+
+
+def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, arith_dataset_uri: str,
+                     settings: SampledEvalSettings, engine_url: str | None = None) -> dict[str, float]:
+    """Evaluate on the engine at `engine_url` (made to serve the checkpoint first), or on one started here.
+
+    Every sampled request carries its own seed, so a shared engine gives the same numbers as a fresh one.
+    """
+    checkpoint, dataset = store.open(checkpoint_uri), store.open(arith_dataset_uri)
+    config = {"kind": "sampled_arith", "settings": asdict(settings), "checkpoint": checkpoint.digest,
+              "dataset": dataset.digest}
+
+    def run(workdir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
+        tokenizer = load_tokenizer(checkpoint.download(workdir / "checkpoint"))
+        rows = load_split([dataset], "test", workdir / "arith")[: settings.prompts]
+        with ExitStack() as stack:
+            client = engine_serving(stack, checkpoint.uri, engine_url, workdir / "engine.log", settings.seed)
+            metrics = sampled_arith_accuracy(
+                client, tokenizer, rows, samples_per_prompt=settings.samples_per_prompt,
+                temperature=settings.temperature, max_new_tokens=settings.max_new_tokens, seed=settings.seed,
+            )
+        created_at = datetime.now(UTC).isoformat(timespec="seconds")
+        eval_rows = [{"checkpoint_uri": checkpoint.uri, "suite": "arith", "metric": name.split("/", 1)[1],
+                      "split": "test", "value": value, "n": len(rows), "created_at": created_at}
+                     for name, value in metrics.items()]
+        return {MODE: metrics}, eval_rows
+
+    return committed_eval(store, checkpoint, [dataset], config, settings.seed, run)[MODE]

@@ -1,0 +1,101 @@
+"""The GRPO stages' configs (reasoning RL, general RL): the Prefect form, the CLI flags and the run.json
+the job reads. Both compose the same recipe; they differ in their data and their default rewards."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from data_contracts import PROMPT_V1
+from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.grpo.loss import IcePopSettings
+
+
+class RewardSpec(BaseModel):
+    """A reward module by dotted path (`package.module.Name` or `package.module:Name`) and its weight."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(..., min_length=1)
+    weight: float = 1.0
+    params: dict = Field(default_factory=dict)
+
+
+class AnchorSettings(BaseModel):
+    """A prompt's reference reply joins its group as an off-policy member, importance-weighted
+    (stages/grpo/anchors.py); general RL's prompts carry such replies."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+    min_weight: float = Field(0.05, gt=0, le=1, description="the floor of an anchor member's importance weight")
+
+
+class GrpoRecipe(BaseModel):
+    """What a person or a preset tunes in a GRPO stage. Fully on-policy: sample G responses per prompt
+    from the engine, one optimizer step on the Eq. 1 objective, push the weights back."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompts_per_step: int = Field(8, ge=1)
+    group_size: int = Field(8, ge=2, description="G: responses per prompt")
+    oversample: int = Field(1, ge=1, description="draw this many times the prompts, train on the groups with signal")
+    max_steps: int = Field(40, ge=1)
+    optimizer: OptimizerSettings = Field(default_factory=OptimizerSettings)
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    objective: IcePopSettings = Field(default_factory=IcePopSettings)
+    rewards: list[RewardSpec] = Field(default_factory=list, description="default: the stage's own rewards")
+    reward_timeout_s: float = Field(60.0, gt=0)
+    anchors: AnchorSettings = Field(default_factory=AnchorSettings)
+    frozen: list[str] = Field(default_factory=list, description="globs of parameter names RL leaves as they are, "
+                                                                 "e.g. '*.mlp.gate.weight' (the MoE routers)")
+    engine_url: str | None = Field(None, description="A running engine (ours or SGLang); default: start one here.")
+    checkpoint_every: int = Field(20, ge=1)
+
+
+# The instruct suite's rules: a reply that breaks one gets the minimum, otherwise the share met.
+# Reward models join per domain (`domains.<domain>`) as further components of the same mix.
+DEFAULT_MIX = {
+    "gates": [{"path": "rewards.rules.InstructGate"}],
+    "domains": {"instruct": [{"path": "rewards.rules.InstructSoft"}]},
+}
+
+
+def mix_with_orm(orm_checkpoint: str, domains: tuple[str, ...], store: str | None = None,
+                 orm_weight: float = 0.5) -> dict:
+    """DEFAULT_MIX with an ORM's sigmoid score as a further component of each of `domains`."""
+    orm = {"path": "rewards.orm.OrmScore", "weight": orm_weight, "scale": "sigmoid",
+           "params": {"checkpoint": orm_checkpoint, **({"store": store} if store else {})}}
+    return {**DEFAULT_MIX, "domains": {domain: [*DEFAULT_MIX["domains"].get(domain, []), orm] for domain in domains}}
+
+
+def default_general_rewards() -> list[RewardSpec]:
+    """General RL's rewards when its config names none: the rules' mix (an ORM joins it in the pipeline)."""
+    return [RewardSpec(path="rewards.mix.MixedReward", params=DEFAULT_MIX)]
+
+
+class ReasoningRlConfig(StageIO, GrpoRecipe):
+    """GRPO on the arith prompts of chat@1 datasets, scored by verifiers (default: exact match)."""
+
+    stage_name: ClassVar[str] = "reasoning_rl"
+    entry_module: ClassVar[str] = "stages.grpo.reasoning"
+
+    @model_validator(mode="after")
+    def _stage_defaults(self):
+        if self.anchors.enabled:
+            raise ValueError("anchors: reasoning prompts carry a reference answer, not a reply to anchor a group with")
+        if not self.rewards:
+            self.rewards = [RewardSpec(path="rewards.verifiers.ArithExactMatch")]
+        return self
+
+
+class GeneralRlConfig(StageIO, GrpoRecipe):
+    """GRPO on prompt@1 datasets, scored by the mixed reward by default (rewards/mix.py)."""
+
+    stage_name: ClassVar[str] = "general_rl"
+    entry_module: ClassVar[str] = "stages.grpo.general"
+    dataset_contract = PROMPT_V1
+
+    @model_validator(mode="after")
+    def _stage_defaults(self):
+        if not self.rewards:
+            self.rewards = default_general_rewards()
+        return self

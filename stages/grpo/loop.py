@@ -1,0 +1,128 @@
+"""The GRPO + IcePop loop shared by reasoning RL and general RL: sample, score, one step, push weights.
+
+Fully on-policy: each step samples G responses per prompt from the rollout engine, scores them with
+the configured reward modules, takes one optimizer step, and pushes the new weights to the engine
+before the next step samples. The DSA indexer is frozen; its tie-stable top-k makes the engine's and
+the trainer's sparse attention pick the same keys.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+
+import torch
+
+from model.logprobs import next_token_logprobs
+from model.presets import load_model
+from rewards import load_reward_module, reward_module_refs
+from rollout.client import Sample
+from stages.common.checkpointer import StageCheckpointer
+from stages.common.config import per_rank
+from stages.common.distributed import Dist, all_mean
+from stages.common.inputs import StageInputs
+from stages.common.policy import policy_engine, push_weights, rl_training_engine
+from stages.common.prompts import RlPrompt
+from stages.common.rl_batches import TrainBatch, train_batch
+from stages.grpo.anchors import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
+from stages.grpo.config import GeneralRlConfig, GrpoRecipe, ReasoningRlConfig
+from stages.grpo.loss import group_advantages, grpo_icepop_loss, zero_signal_groups
+from stages.grpo.rewards import WeightedReward, group_rewards, informative_groups
+
+
+def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, prompts: Sequence[RlPrompt], tokenizer) -> str:
+    """Train on `prompts` until `max_steps`, committing checkpoints; returns the final checkpoint's URI.
+    With `config.anchors.enabled`, reference replies join their groups as off-policy members
+    (stages/grpo/anchors.py)."""
+    dist, events, workdir = stage.dist, stage.events, stage.workdir
+    anchors_on = config.anchors.enabled
+    model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
+    rewards, reward_refs = load_rewards(config)
+    events.emit("data", train_prompts=len(prompts), rewards=[r.name for r in rewards])
+
+    engine = rl_training_engine(model, config.optimizer, global_batch=config.prompts_per_step * config.group_size,
+                                world_size=dist.world_size, frozen=config.frozen)
+    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, reward_refs=reward_refs)
+    start_step = checkpointer.resume()
+    share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
+    with ExitStack() as stack:
+        client = policy_engine(stack, config, engine, workdir, dist, start_step)
+        for step in range(start_step, config.max_steps):
+            rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
+            drawn = share * config.oversample  # this rank's prompts; `share` of them are trained on
+            step_prompts = rng.sample(prompts, drawn * dist.world_size)[dist.rank * drawn:(dist.rank + 1) * drawn]
+
+            started = time.monotonic()
+            # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
+            sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
+            samples = client.generate(policy_requests(step_prompts, config.group_size, anchors_on), sampling)
+            if anchors_on:
+                samples = with_anchor_members(step_prompts, samples, config.group_size, tokenizer)
+            rollout_s = time.monotonic() - started
+            rewards_by_group, reward_means, kept = group_rewards(
+                step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s
+            )
+            zero_signal = zero_signal_groups(rewards_by_group) / len(step_prompts)
+            reward_mean = float(rewards_by_group.mean())  # over every sampled group, trained or not
+            chosen = informative_groups(rewards_by_group, kept, share)
+            samples = [samples[g * config.group_size + i] for g in chosen for i in range(config.group_size)]
+            rewards_by_group, kept = rewards_by_group[chosen], [kept[g] for g in chosen]
+
+            started = time.monotonic()
+            batch = train_batch(samples, tokenizer.pad_token_id)
+            keep = torch.tensor(kept).repeat_interleave(config.group_size)
+            advantages = group_advantages(rewards_by_group).flatten().to(torch.float32)
+            logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            logp_new = next_token_logprobs(logits, batch.input_ids, config.sampling.temperature)
+            # One optimizer step per rollout batch: θ_old is the current θ, so the trainer's own
+            # recomputation π_train(θ_old) is this forward, without its gradient.
+            logp_old, anchors = logp_new.detach(), is_anchor(samples)
+            if anchors_on:
+                advantages = advantages * anchor_weights(logp_old, batch.response_mask, anchors, config.anchors.min_weight)
+            loss, stats = grpo_icepop_loss(
+                logp_new, logp_old, behaviour_logprobs(batch.logp_infer, logp_old, anchors), advantages * keep,
+                batch.response_mask, config.objective,
+            )
+            engine.backward(loss)
+            engine.step()
+            train_s = time.monotonic() - started
+            push_weights(engine, workdir, step + 1, dist.is_main,
+                         lambda path, version=str(step + 1): client.update_weights(path, version))
+
+            checkpointer.end_of_step({
+                "step": step + 1, "loss": all_mean(float(loss)), "lr": engine.get_lr()[0],
+                **{name: all_mean(value) for name, value in reward_means.items()},
+                "reward_mean": all_mean(reward_mean),
+                **{name: all_mean(value) for name, value in stats.items()},
+                "zero_signal_group_fraction": all_mean(zero_signal),
+                "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
+                **sample_metrics(samples, anchors, batch, rollout_s, train_s, dist),
+            })
+    return checkpointer.finish()
+
+
+def load_rewards(config: GrpoRecipe) -> tuple[list[WeightedReward], list]:
+    """The configured reward modules with their weights, and their lineage records (composed parts included)."""
+    modules = [load_reward_module(spec.path, spec.params) for spec in config.rewards]
+    rewards = [WeightedReward(module.name, module, spec.weight) for module, spec in zip(modules, config.rewards, strict=True)]
+    refs = [ref for spec, r in zip(config.rewards, rewards, strict=True)
+            for ref in reward_module_refs(spec.path, r.module, spec.params)]
+    return rewards, refs
+
+
+def sample_metrics(samples: list[Sample], anchors: torch.Tensor, batch: TrainBatch, rollout_s: float, train_s: float,
+                   dist: Dist) -> dict:
+    """Lengths, truncation and throughput of the trained samples (anchor members counted apart)."""
+    policy = [s for s, anchor in zip(samples, anchors.tolist(), strict=True) if not anchor]
+    lengths = [len(s.output_ids) for s in policy]
+    return {
+        "response_length": all_mean(sum(lengths) / len(lengths)),
+        "trained_tokens": int(all_mean(batch.response_tokens) * dist.world_size),
+        "truncated_fraction": all_mean(sum(s.finish_reason == "length" for s in policy) / len(policy)),
+        "anchor_members": int(all_mean(float(anchors.sum())) * dist.world_size),
+        "rollout_tokens_per_s": all_mean(sum(lengths) / rollout_s) * dist.world_size,
+        "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,
+        "weight_version": samples[0].weight_version,
+    }

@@ -1,0 +1,29 @@
+"""What the ORM stage is configured with: the Prefect form's fields."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from data_contracts import PREFERENCE_V1
+from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO
+
+
+class OrmRecipe(BaseModel):
+    """What a person or a preset tunes in ORM training."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_steps: int = Field(200, ge=1)
+    global_batch_size: int = Field(32, ge=1, description="preference pairs per optimizer step")
+    optimizer: OptimizerSettings = Field(default_factory=lambda: OptimizerSettings(lr=3e-4, warmup_steps=10))
+    max_seq_len: int = Field(512, ge=16, description="pairs with a longer side are dropped (and counted)")
+    heldout: HeldoutSettings = Field(default_factory=lambda: HeldoutSettings(every=50, batch_size=64),
+                                     description="held-out pairwise accuracy while training")
+    checkpoint_every: int = Field(100, ge=1, description="commit resume state every this many steps")
+
+
+class TrainOrmConfig(StageIO, OrmRecipe):
+    stage_name: ClassVar[str] = "orm"
+    entry_module: ClassVar[str] = "stages.orm.train"
+    dataset_contract: ClassVar = PREFERENCE_V1

@@ -1,0 +1,97 @@
+"""ORM trainer: `python -m stages.orm.train --config run.json`, alone or under torchrun / deepspeed.
+
+Reads a committed checkpoint (the trunk) and preference@1 datasets, puts a scalar head on the trunk
+and trains both with the Bradley–Terry loss on (chosen, rejected) pairs, with sparse attention on and
+the DSA indexer frozen as in RL. Reports held-out pairwise accuracy (overall and per domain) and
+commits the reward model with its lineage; `rewards.orm.OrmScore` scores with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import torch
+
+from model.presets import load_model
+from model.reward_model import ScalarRewardModel
+from stages.common.batches import GlobalBatches
+from stages.common.checkpointer import StageCheckpointer
+from stages.common.datasets import load_split
+from stages.common.distributed import all_mean
+from stages.common.inputs import StageInputs, stage_main
+from stages.common.policy import rl_training_engine
+from stages.orm.config import TrainOrmConfig
+from stages.orm.data import PairSample, collate_pairs, render_pairs
+from stages.orm.loss import bradley_terry_loss, pairwise_accuracy
+
+
+def train(config: TrainOrmConfig, stage: StageInputs) -> str:
+    dist, events, workdir = stage.dist, stage.events, stage.workdir
+    tokenizer = stage.tokenizer()
+    pad_id = tokenizer.pad_token_id
+    model = ScalarRewardModel(load_model(stage.init_dir), seed=config.seed)
+
+    train_pairs = render_pairs(load_split(stage.datasets, "train", workdir, config.dataset_contract), tokenizer,
+                               config.max_seq_len)
+    heldout = render_pairs(load_split(stage.datasets, "test", workdir, config.dataset_contract), tokenizer,
+                           config.max_seq_len)
+    events.emit("data", train_pairs=len(train_pairs.pairs), heldout_pairs=len(heldout.pairs),
+                dropped_too_long=train_pairs.dropped_too_long + heldout.dropped_too_long)
+
+    engine = rl_training_engine(model, config.optimizer, global_batch=config.global_batch_size,
+                                world_size=dist.world_size)
+    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer)
+    start_step = checkpointer.resume()
+
+    batches = GlobalBatches(train_pairs.pairs, config.global_batch_size, config.seed)
+    for step in range(start_step, config.max_steps):
+        pairs = batches.for_step(step, dist.rank, dist.world_size)
+        started = time.monotonic()
+        engine.train()
+        input_ids, attention_mask = collate_pairs(pairs, pad_id)
+        chosen, rejected = engine(input_ids, attention_mask).chunk(2)
+        loss = bradley_terry_loss(chosen, rejected)
+        engine.backward(loss)
+        engine.step()
+        record = {
+            "step": step + 1, "loss": all_mean(loss.item()), "lr": engine.get_lr()[0],
+            "train_accuracy": all_mean(pairwise_accuracy(chosen.detach(), rejected.detach())),
+            "margin": all_mean((chosen - rejected).mean().item()),
+            "pairs_per_s": all_mean(len(pairs) / (time.monotonic() - started)) * dist.world_size,
+            "trained_tokens": int(all_mean(float(attention_mask.sum())) * dist.world_size),
+        }
+        if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
+            record |= heldout_metrics(engine.module, heldout.pairs, pad_id, config.heldout.batch_size or config.global_batch_size)
+        checkpointer.end_of_step(record)
+    return checkpointer.finish()
+
+
+@torch.no_grad()
+def heldout_metrics(model: ScalarRewardModel, pairs: list[PairSample], pad_id: int, batch_size: int) -> dict:
+    """Pairwise accuracy over every held-out pair, and per domain (`heldout_accuracy/<domain>`).
+    Every rank scores all of them: the numbers are the same on each, no gather needed."""
+    model.eval()
+    chosen, rejected = [], []
+    for start in range(0, len(pairs), batch_size):
+        scores_chosen, scores_rejected = model(*collate_pairs(pairs[start:start + batch_size], pad_id)).chunk(2)
+        chosen.append(scores_chosen)
+        rejected.append(scores_rejected)
+    model.train()
+    chosen, rejected = torch.cat(chosen), torch.cat(rejected)
+    by_domain = defaultdict(list)
+    for index, pair in enumerate(pairs):
+        by_domain[pair.domain].append(index)
+    metrics = {"heldout_accuracy": pairwise_accuracy(chosen, rejected),
+               "heldout_margin": (chosen - rejected).mean().item()}
+    for domain, indices in sorted(by_domain.items()):
+        metrics[f"heldout_accuracy/{domain}"] = pairwise_accuracy(chosen[indices], rejected[indices])
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(TrainOrmConfig, train, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The SFT stage's one config object: the Prefect form, the CLI flags and the run.json the job reads."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO
+
+ThinkingMode = Literal["interleaved", "preserved", "off"]
+
+
+class DsaSchedule(BaseModel):
+    """GLM-5's DSA training, in three phases by optimizer step.
+
+    1. dense: DSA not yet switched on: the model trains alone with dense (SDPA) attention and the
+       indexer is not run, as GLM-5's model was trained before its DSA adaptation.
+    2. indexer warm-up: the main model's learning rate is 0 — only the indexer learns
+       KL(dense attention ‖ softmax(I)) on detached inputs.
+    3. sparse: attention restricted to the indexer's top-k; indexer loss restricted to the selected keys.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    dense_steps: int = Field(200, ge=0)
+    indexer_warmup_steps: int = Field(40, ge=0)
+    indexer_lr: float = Field(3e-3, gt=0)
+    indexer_loss_weight: float = Field(1.0, ge=0)
+
+
+class SftRecipe(BaseModel):
+    """What a person or a preset tunes in SFT."""
+
+    model_config = ConfigDict(extra="forbid")
+    thinking_mix: dict[ThinkingMode, float] = Field(
+        default_factory=lambda: {"interleaved": 0.6, "preserved": 0.2, "off": 0.2}
+    )
+    max_seq_len: int = Field(512, ge=16)
+    global_batch_size: int = Field(32, ge=1)
+    max_steps: int = Field(600, ge=1)
+    optimizer: OptimizerSettings = Field(default_factory=lambda: OptimizerSettings(lr=3e-3, warmup_steps=30))
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine decay to this share of the peak lr")
+    heldout: HeldoutSettings = Field(default_factory=lambda: HeldoutSettings(every=100, samples=128),
+                                     description="held-out loss while training")
+    checkpoint_every: int = Field(100, ge=1, description="Commit resume state every this many steps.")
+    dsa: DsaSchedule = Field(default_factory=DsaSchedule)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if abs(sum(self.thinking_mix.values()) - 1.0) > 1e-6:
+            raise ValueError(f"thinking_mix must sum to 1, got {sum(self.thinking_mix.values())}")
+        return self
+
+
+class SftConfig(StageIO, SftRecipe):
+    """The SFT stage's one config object: the Prefect form, the CLI flags and the run.json the job reads."""
+
+    stage_name: ClassVar[str] = "sft"
+    entry_module: ClassVar[str] = "stages.sft.train"

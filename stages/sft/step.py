@@ -1,0 +1,56 @@
+"""One SFT optimizer step and the held-out loss: the detail behind the main loop's two calls."""
+
+from __future__ import annotations
+
+import torch
+
+from model.dsa import indexer_kl_loss, recording_indexer_scores, set_dense_attention
+from stages.common.batches import Batch, TokenizedSample, collate
+from stages.sft.objective import SftObjective
+
+
+def _forward(objective, batch: Batch, restrict_to_selected: bool):
+    """`objective` is an SftObjective, or the DeepSpeed engine wrapping one."""
+    with recording_indexer_scores(objective) as records:
+        lm, attentions = objective(batch.input_ids, batch.attention_mask, batch.loss_mask, output_attentions=True)
+    indexer = indexer_kl_loss(attentions, records, batch.attention_mask, restrict_to_selected)
+    return lm, indexer
+
+
+def enter_phase(objective: SftObjective, phase: str) -> None:
+    """Attention for a DSA phase (stages.sft.config.DsaSchedule). Before DSA is switched on the model
+    trains alone: SDPA, indexer skipped. The warm-up and sparse phases need eager attention, whose
+    probabilities the indexer loss reads."""
+    dense_model_only = phase == "dense"
+    objective.causal_lm.set_attn_implementation("sdpa" if dense_model_only else "eager")
+    set_dense_attention(objective, dense=phase != "sparse", score_keys=not dense_model_only)
+
+
+def train_step(engine, batch: Batch, phase: str, indexer_weight: float) -> dict[str, float]:
+    """One optimizer step of `phase`, which `enter_phase` has set up. In the sparse phase LM loss and
+    indexer loss share one backward: the indexer reads detached inputs, so neither loss reaches the
+    other's parameters. In the indexer warm-up only the indexer loss is optimized."""
+    engine.train()
+    if phase == "dense":  # DSA not switched on yet: no indexer, no attention probabilities
+        lm, _ = engine(batch.input_ids, batch.attention_mask, batch.loss_mask)
+        indexer = torch.zeros(())
+    else:
+        lm, indexer = _forward(engine, batch, restrict_to_selected=phase == "sparse")
+    total = indexer_weight * indexer if phase == "indexer_warmup" else lm + indexer_weight * indexer
+    engine.backward(total)
+    engine.step()
+    return {"lm": lm.item(), "indexer": indexer.item()}
+
+
+@torch.no_grad()
+def heldout_loss(objective, samples: list[TokenizedSample], pad_id: int, batch_size: int) -> float:
+    objective.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(samples), batch_size):
+        chunk = samples[start:start + batch_size]
+        batch = collate(chunk, pad_id)
+        loss, _ = objective(batch.input_ids, batch.attention_mask, batch.loss_mask)
+        total += loss.item() * len(chunk)
+        count += len(chunk)
+    objective.train()
+    return total / max(1, count)

@@ -1,0 +1,97 @@
+"""SFT trainer: `python -m stages.sft.train --config run.json`, alone or under torchrun / deepspeed.
+
+Reads a committed initial checkpoint and chat@1 datasets, trains with the masked SFT loss on a
+DeepSpeed engine while training the DSA indexer GLM-5's way (dense → indexer warm-up → sparse),
+commits resume state every `checkpoint_every` steps and the final checkpoint with its lineage.
+Re-running the same config resumes from the last committed step; a finished run is a no-op.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from model.dsa import install_dsa_indexers
+from model.presets import load_model
+from stages.common.batches import Batch, GlobalBatches, collate
+from stages.common.checkpointer import StageCheckpointer
+from stages.common.datasets import load_split
+from stages.common.distributed import Dist, all_mean, deepspeed_engine
+from stages.common.inputs import StageInputs, stage_main
+from stages.sft.config import SftConfig
+from stages.sft.data import render_rows
+from stages.sft.objective import SftObjective
+from stages.sft.schedule import dsa_phase, main_lr_multiplier
+from stages.sft.step import enter_phase, heldout_loss, train_step
+
+
+def train(config: SftConfig, stage: StageInputs) -> str:
+    dist, events = stage.dist, stage.events
+    tokenizer = stage.tokenizer()
+    model = load_model(stage.init_dir)
+    install_dsa_indexers(model)
+
+    train_rows, test_rows = load_split(stage.datasets, "train", stage.workdir), load_split(stage.datasets, "test", stage.workdir)
+    samples = render_rows(train_rows, tokenizer, config.thinking_mix, config.seed, config.max_seq_len)
+    heldout = render_rows(test_rows, tokenizer, config.thinking_mix, config.seed, config.max_seq_len)
+    heldout_samples = heldout.samples[: config.heldout.samples]
+    events.emit("data", train_samples=len(samples.samples), dropped_too_long=samples.dropped_too_long,
+                modes=samples.modes, heldout_samples=len(heldout_samples))
+
+    engine = build_engine(model, config, dist.world_size)
+    checkpointer = StageCheckpointer(config, stage, engine, model, tokenizer)
+    start_step = checkpointer.resume()
+
+    batches = GlobalBatches(samples.samples, config.global_batch_size, config.seed)
+    pad_id = tokenizer.pad_token_id
+    phase = None
+    for step in range(start_step, config.max_steps):
+        if (step_phase := dsa_phase(step, config.dsa)) != phase:
+            phase = step_phase
+            enter_phase(engine.module, phase)
+        batch = collate(batches.for_step(step, dist.rank, dist.world_size), pad_id)
+        started = time.monotonic()
+        losses = train_step(engine, batch, phase, config.dsa.indexer_loss_weight)
+        record = step_metrics(step + 1, phase, losses, engine, batch, time.monotonic() - started, dist)
+        if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
+            record["heldout_loss"] = heldout_loss(engine.module, heldout_samples, pad_id,
+                                                  config.heldout.batch_size or config.global_batch_size)
+        checkpointer.end_of_step(record)
+    return checkpointer.finish()
+
+
+def build_engine(model, config: SftConfig, world_size: int):
+    """A DeepSpeed engine training `model` (a causal LM) through an SftObjective."""
+    settings = config.optimizer
+    indexer_params = {id(p) for indexer in install_dsa_indexers(model) for p in indexer.parameters()}
+    groups = [
+        {"params": [p for p in model.parameters() if id(p) not in indexer_params], "lr": settings.lr},
+        {"params": [p for p in model.parameters() if id(p) in indexer_params], "lr": config.dsa.indexer_lr},
+    ]
+    optimizer = torch.optim.AdamW(groups, weight_decay=settings.weight_decay, betas=(0.9, 0.95))
+    lambdas = [
+        lambda step: main_lr_multiplier(step, config.max_steps, settings.warmup_steps, config.min_lr_ratio, config.dsa),
+        lambda step: 1.0,
+    ]
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
+    return deepspeed_engine(SftObjective(model), optimizer, scheduler, config.global_batch_size, world_size,
+                            settings.zero_stage, settings.grad_clip)
+
+
+def step_metrics(step: int, phase: str, losses: dict, engine, batch: Batch, seconds: float, dist: Dist) -> dict:
+    """One step's record, averaged over ranks (token counts summed)."""
+    return {
+        "step": step, "phase": phase,
+        "loss": all_mean(losses["lm"]), "indexer_loss": all_mean(losses["indexer"]),
+        "lr": engine.get_lr()[0], "trained_tokens": int(all_mean(batch.trained_tokens) * dist.world_size),
+        "tokens_per_s": all_mean(batch.input_ids.numel() / seconds) * dist.world_size,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(SftConfig, train, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    main()
