@@ -9,6 +9,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from flows.params import PipelineParams
+from posttrain.model_options import model_options
 from posttrain.rewards_cli import rewards_app
 
 app = typer.Typer(help="GLM-5-style post-training pipeline.", no_args_is_help=True, add_completion=False)
@@ -94,30 +96,13 @@ def prepare(
 
 
 @app.command()
-def pipeline(
-    preset: str = typer.Option("tiny", help="Pipeline preset: model size, data sizes and every stage's config."),
-    seed: int = typer.Option(0, help="Seed for every stage."),
-    store: str = typer.Option(None, help="Artifact store root (default $POSTTRAIN_STORE or ./artifacts)."),
-    reports: Path = typer.Option(Path("artifacts/runs"), help="Where run reports go (<run_id>/summary.json, LATEST)."),
-    nproc: int = typer.Option(1, help="Trainer processes per stage on this machine."),
-    from_stage: str = typer.Option(None, "--from-stage",
-                                   help="Start at this stage: sft, reasoning_rl, agentic_rl, general_rl or distill."),
-    init: str = typer.Option(None, "--init", help="With --from-stage: the committed checkpoint (URI or name) that "
-                                                  "stands for the output of the stage before it."),
-) -> None:
+@model_options(PipelineParams, flags={"reports_dir": "--reports"})
+def pipeline(params: PipelineParams) -> None:
     """Run the whole pipeline as a Prefect flow and write its report (what `make demo` runs).
 
     Stages whose output is committed are skipped; a stage that failed resumes from its last committed step."""
-    from pydantic import ValidationError
-
-    from flows.params import PipelineParams
     from flows.pipeline import pipeline as pipeline_flow
 
-    try:
-        params = PipelineParams(preset=preset, seed=seed, store=store, reports_dir=str(reports), nproc=nproc,
-                                from_stage=from_stage, init=init)
-    except ValidationError as error:
-        raise typer.BadParameter("; ".join(e["msg"] for e in error.errors())) from error
     summary = pipeline_flow(params)
     typer.echo(f"report: {summary['report']}")
 

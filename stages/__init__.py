@@ -1,1 +1,13 @@
-"""Training and evaluation stages: plain functions over models and data; flows/ orchestrates them."""
+"""Prefect-free trainers, one package per stage, each entry module runnable alone under torchrun:
+
+    sft/train.py          python -m stages.sft.train --config run.json
+    grpo/reasoning.py     python -m stages.grpo.reasoning ...   (GRPO + IcePop; the loop is grpo/loop.py)
+    grpo/general.py       python -m stages.grpo.general ...
+    agentic/train.py      python -m stages.agentic.train ...
+    orm/train.py          python -m stages.orm.train ...
+    distill/train.py      python -m stages.distill.train ...
+
+common/ holds what every trainer shares (inputs, config parts, the checkpointer, the RL policy's
+engine); evaluation/ holds every held-out evaluation the flows run before and after a stage;
+prepare.py publishes the embedded suites, the tokenizer and the initial checkpoint (stage 0).
+"""

@@ -4,6 +4,6 @@ thinking-mode compliance of every generated turn, as a flat metrics dict and eva
     report = evaluate(model, tokenizer, {"arith": rows, "search": rows}, seed=0)  # stages.evaluation.evaluate
     write_parquet(EVAL_V1, eval_rows(report, checkpoint_uri, "test"), "eval.parquet")  # .report
 
-The package itself imports nothing: agent task services read its answer and turn checks without
-paying for torch and transformers at start-up.
+Each stage's evaluation, committed once per checkpoint and settings: committed.py (SFT's greedy suites),
+sampled.py (reasoning RL), agentic.py (tool success), general.py (rule compliance and reward means).
 """

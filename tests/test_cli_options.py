@@ -1,0 +1,25 @@
+"""`posttrain pipeline` takes its options from PipelineParams: one declaration, the same validation."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from flows.params import PipelineParams
+from posttrain.cli import app
+
+
+def test_every_pipeline_param_is_an_option_with_its_description():
+    help_text = CliRunner().invoke(app, ["pipeline", "--help"], env={"COLUMNS": "200"}).output
+    for flag in ("--preset", "--seed", "--store", "--reports", "--nproc", "--from-stage", "--init"):
+        assert flag in help_text
+    assert PipelineParams.model_fields["nproc"].description in help_text
+    assert "sft|reasoning_rl|agentic_rl|general_rl|distill" in help_text  # the Literal's choices
+
+
+def test_values_the_model_refuses_are_usage_errors_naming_the_flag():
+    unknown = CliRunner().invoke(app, ["pipeline", "--from-stage", "nope"], env={"COLUMNS": "200"})
+    assert unknown.exit_code == 2 and "--from-stage" in unknown.output
+    lonely_init = CliRunner().invoke(app, ["pipeline", "--init", "some-checkpoint"], env={"COLUMNS": "200"})
+    assert lonely_init.exit_code == 2 and "give from_stage too" in lonely_init.output
+    zero = CliRunner().invoke(app, ["pipeline", "--nproc", "0"], env={"COLUMNS": "200"})
+    assert zero.exit_code == 2 and "--nproc" in zero.output
