@@ -8,7 +8,7 @@ import pytest
 from data_contracts import PROMPT_V1
 from infra.store import open_store
 from model.tokenizer import load_tokenizer
-from stages.common.datasets import load_split
+from stages.common.inputs import load_split
 from stages.common.prompts import general_prompts
 from stages.grpo.config import GeneralRlConfig
 from stages.prepare import publish_prompts

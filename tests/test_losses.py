@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from stages.sft.loss import sft_loss, trained_positions
+from stages.sft.objective import sft_loss, trained_positions
 
 
 def logits_for(probabilities):

@@ -62,6 +62,8 @@ def test_train_orm_learns_held_out_preferences_and_commits_with_lineage(trained_
     assert {i["contract"] for i in lineage["inputs"]} == {PREFERENCE_V1.id}
     assert [parent["role"] for parent in lineage["parents"]] == ["init"]
     assert lineage["eval_summary"]["heldout_accuracy"] == done["heldout_accuracy"]
+    assert set(lineage["eval_summary"]) == {k for k in steps[-1] if k.startswith("heldout_")}
+    assert len(checkpoint.read_bytes("metrics.jsonl").decode().splitlines()) == 120
     assert store.is_committed(f"{trained_orm['config'].resume_prefix}step-000060")
 
 

@@ -1,5 +1,6 @@
 """The reasoning RL job end to end on the tiny model: a real engine process, DeepSpeed, the store."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,10 @@ def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_line
     assert done["checkpoint"].endswith(config.output_name) and paths == [r["path"] for r in rewards]
     assert all(len(ref["source_sha256"]) == 64 for ref in lineage["reward_modules"])
     assert lineage["parents"][0]["uri"] == small_store["init"]
+    # The one checkpointer: every step's metrics travel with the checkpoint, as they do for SFT and the ORM.
+    committed = open_store(small_store["root"]).open(config.output_name)
+    records = [json.loads(line) for line in committed.read_bytes("metrics.jsonl").decode().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3] and records[-1]["loss"] == steps[-1]["loss"]
     # The MoE routers stayed as they were (`frozen`); the rest of the model trained.
     store = open_store(small_store["root"])
     before = load_file(Path(store.open(small_store["init"]).download(tmp_path / "init")) / "model.safetensors")

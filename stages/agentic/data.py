@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rollout.envs.catalog import task_class
-from stages.common.chat_rows import prompt_messages, reference_answer
+from stages.common.prompts import prompt_messages, reference_answer
 from suites.prepare import split_seed
 from suites.search_tools import matches_graph, split_graph
 

@@ -25,8 +25,7 @@ from stages.agentic.data import agent_task_rows
 from stages.agentic.loss import centred_advantages, direct_is_loss
 from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.checkpointer import StageCheckpointer
-from stages.common.datasets import load_split
-from stages.common.inputs import StageInputs, stage_main
+from stages.common.inputs import StageInputs, load_split, stage_main
 from stages.common.policy import push_weights, rl_training_engine
 from stages.common.rl_batches import TrainBatch, padded_batch
 

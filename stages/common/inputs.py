@@ -1,4 +1,5 @@
-"""What every training stage does before it trains: skip if done, else fetch its init checkpoint and data."""
+"""What every training stage does before it trains: skip if done, else fetch its init checkpoint and data
+(`load_split` reads the datasets' rows, checked against their exact Arrow schema)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from data_contracts import CHAT_V1, read_parquet
+from data_contracts.contract import Contract
 from infra.store import ArtifactStore, CommittedArtifact, open_store
 from model.tokenizer import load_tokenizer
 from stages.common.config import StageIO
@@ -31,6 +34,17 @@ class StageInputs:
 
     def tokenizer(self):
         return load_tokenizer(self.init_dir)
+
+
+def load_split(datasets: list[CommittedArtifact], split: str, workdir: Path, contract: Contract = CHAT_V1) -> list[dict]:
+    """All rows of `split` across the datasets, in dataset order (deterministic), checked against `contract`."""
+    rows: list[dict] = []
+    for index, dataset in enumerate(datasets):
+        local = workdir / f"dataset-{index}"
+        if not (local / f"{split}.parquet").exists():
+            dataset.download(local)
+        rows += read_parquet(contract, local / f"{split}.parquet").to_pylist()
+    return rows
 
 
 def seed_everything(seed: int) -> None:

@@ -1,5 +1,6 @@
-"""RL prompts: a dataset row's conversation up to its first reply, rendered as the token ids the engine
-is given (TITO), with what reward modules read besides it."""
+"""What a dataset row asks and expects (a chat@1 row: the conversation before its first reply, its tools,
+the answer its reference reply states), and RL prompts: that conversation rendered as the token ids the
+engine is given (TITO), with what reward modules read besides it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,26 @@ from dataclasses import dataclass, field
 
 from data_contracts.conversation import messages_from_records
 from rollout.trajectory import prompt_ids
-from stages.common.chat_rows import prompt_messages, reference_answer, row_tools
+from suites.answers import stated_answer
+
+
+def prompt_messages(row: Mapping) -> tuple[dict, ...]:
+    messages = messages_from_records(row["messages"])
+    first_reply = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    return tuple(messages[:first_reply])
+
+
+def row_tools(row: Mapping) -> list[dict] | None:
+    return json.loads(row["tools_json"]) if row.get("tools_json") else None
+
+
+def reference_answer(row: Mapping) -> str:
+    """The answer the row's last assistant reply states; a row without one cannot be scored."""
+    replies = [m for m in row["messages"] if m["role"] == "assistant"]
+    answer = stated_answer(replies[-1]["content"]) if replies else None
+    if answer is None:
+        raise ValueError(f"row {row['id']}: no reference reply of the form 'The answer is X.'")
+    return answer
 
 
 @dataclass(frozen=True)

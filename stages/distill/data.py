@@ -15,7 +15,7 @@ from data_contracts import CHAT_V1, PROMPT_V1
 from infra.publish import published_contract
 from infra.store import ArtifactStore
 from stages.agentic.data import agent_task_rows
-from stages.common.datasets import load_split
+from stages.common.inputs import load_split
 from stages.common.prompts import RlPrompt, general_prompts, rl_prompts
 from stages.distill.config import TeacherSpec
 

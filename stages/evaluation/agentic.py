@@ -21,7 +21,7 @@ from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from rollout.task_services import TaskServices
 from stages.agentic.data import agent_task_rows
-from stages.common.datasets import load_split
+from stages.common.inputs import load_split
 from stages.evaluation.committed import committed_eval
 
 MODE = "engine"

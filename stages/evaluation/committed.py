@@ -18,7 +18,7 @@ from infra.store import ArtifactStore, CommittedArtifact
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.presets import load_model
 from model.tokenizer import load_tokenizer
-from stages.common.datasets import load_split
+from stages.common.inputs import load_split
 from stages.evaluation.evaluate import SUITES as EVALUATED_SUITES
 from stages.evaluation.evaluate import evaluate
 from stages.evaluation.report import eval_rows

@@ -19,7 +19,7 @@ from rewards import load_reward_module
 from rewards.rules import InstructGate
 from rollout.process import engine_serving
 from rollout.protocol import SamplingParams
-from stages.common.datasets import load_split
+from stages.common.inputs import load_split
 from stages.common.prompts import general_prompts
 from stages.evaluation.committed import committed_eval
 from stages.evaluation.reward_means import reward_means

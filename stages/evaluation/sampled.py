@@ -13,7 +13,7 @@ from pathlib import Path
 from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
 from rollout.process import engine_serving
-from stages.common.datasets import load_split
+from stages.common.inputs import load_split
 from stages.evaluation.committed import committed_eval
 from stages.evaluation.sampled_arith import sampled_arith_accuracy
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from model.turns import TurnScore, score_turn
-from stages.common.chat_rows import prompt_messages, reference_answer, row_tools
+from stages.common.prompts import prompt_messages, reference_answer, row_tools
 from stages.evaluation.prompts import GenerateTurns, Prompt
 from suites.answers import stated_answer
 from suites.search import KnowledgeGraph

@@ -6,8 +6,7 @@ rewards; the loop is stages/grpo/loop.py, shared with general RL.
 
 from __future__ import annotations
 
-from stages.common.datasets import load_split
-from stages.common.inputs import StageInputs, stage_main
+from stages.common.inputs import StageInputs, load_split, stage_main
 from stages.common.prompts import rl_prompts
 from stages.grpo.config import ReasoningRlConfig
 from stages.grpo.loop import run_grpo

@@ -17,9 +17,8 @@ from model.presets import load_model
 from model.reward_model import ScalarRewardModel
 from stages.common.batches import GlobalBatches
 from stages.common.checkpointer import StageCheckpointer
-from stages.common.datasets import load_split
 from stages.common.distributed import all_mean
-from stages.common.inputs import StageInputs, stage_main
+from stages.common.inputs import StageInputs, load_split, stage_main
 from stages.common.policy import rl_training_engine
 from stages.orm.config import TrainOrmConfig
 from stages.orm.data import PairSample, collate_pairs, render_pairs

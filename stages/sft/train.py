@@ -16,9 +16,8 @@ from model.dsa import install_dsa_indexers
 from model.presets import load_model
 from stages.common.batches import Batch, GlobalBatches, collate
 from stages.common.checkpointer import StageCheckpointer
-from stages.common.datasets import load_split
 from stages.common.distributed import Dist, all_mean, deepspeed_engine
-from stages.common.inputs import StageInputs, stage_main
+from stages.common.inputs import StageInputs, load_split, stage_main
 from stages.sft.config import SftConfig
 from stages.sft.data import render_rows
 from stages.sft.objective import SftObjective
