@@ -1,15 +1,10 @@
-"""The forms a training lead fills in: each is also the exact config the stage job reads."""
+"""The pipeline's form: what `posttrain pipeline` takes as options and the pipeline deployment as its form."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from stages.common.config import Provenance
-from stages.sft.config import DsaSchedule, SftConfig
-
-__all__ = ["DsaSchedule", "PipelineParams", "Provenance", "SftConfig", "StageName"]
 
 # The pipeline's stages in order (the ORM is trained as part of general RL's step).
 StageName = Literal["sft", "reasoning_rl", "agentic_rl", "general_rl", "distill"]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from stages.common.distributed import rank_share
+
 
 @dataclass(frozen=True)
 class TokenizedSample:
@@ -82,4 +84,4 @@ class GlobalBatches:
     def for_step(self, step: int, rank: int, world_size: int) -> list[TokenizedSample]:
         indices = self._epoch(step // self.per_epoch)[step % self.per_epoch]
         share = self.global_batch // world_size
-        return [self.samples[i] for i in indices[rank * share:(rank + 1) * share]]
+        return [self.samples[i] for i in rank_share(indices, rank, share)]

@@ -41,6 +41,11 @@ def init_distributed() -> Dist:
     return Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
 
 
+def rank_share(items: list, rank: int, per_rank: int) -> list:
+    """This rank's consecutive `per_rank` items of a list drawn the same on every rank."""
+    return items[rank * per_rank:(rank + 1) * per_rank]
+
+
 def all_mean(value: float) -> float:
     """The mean of a scalar over ranks (for logging the same curve whatever the world size)."""
     import torch.distributed as dist

@@ -29,7 +29,7 @@ from rollout.protocol import SamplingParams
 from rollout.task_services import TaskServices
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
-from stages.common.distributed import Dist, all_mean
+from stages.common.distributed import Dist, all_mean, rank_share
 from stages.common.inputs import StageInputs, stage_main
 from stages.common.policy import policy_engine, push_weights, rl_training_engine
 from stages.common.rl_batches import TrainBatch, padded_batch
@@ -64,7 +64,7 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
         for step in range(start_step, config.max_steps):
             rng = random.Random(f"distill:{config.seed}:{step}")
             drawn = draw_prompts(prompts, shares, share * dist.world_size, rng)
-            step_prompts = drawn[dist.rank * share:(dist.rank + 1) * share]
+            step_prompts = rank_share(drawn, dist.rank, share)
 
             started = time.monotonic()
             sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})

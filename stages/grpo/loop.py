@@ -21,7 +21,7 @@ from rewards import load_reward_module, reward_module_refs
 from rollout.client import Sample
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
-from stages.common.distributed import Dist, all_mean
+from stages.common.distributed import Dist, all_mean, rank_share
 from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, push_weights, rl_training_engine
 from stages.common.prompts import RlPrompt
@@ -52,7 +52,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
         for step in range(start_step, config.max_steps):
             rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
             drawn = share * config.oversample  # this rank's prompts; `share` of them are trained on
-            step_prompts = rng.sample(prompts, drawn * dist.world_size)[dist.rank * drawn:(dist.rank + 1) * drawn]
+            step_prompts = rank_share(rng.sample(prompts, drawn * dist.world_size), dist.rank, drawn)
 
             started = time.monotonic()
             # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
