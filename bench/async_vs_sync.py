@@ -31,8 +31,8 @@ def run_mode(mode: str, store: dict, args, workdir: Path) -> dict:
     config = AgenticRlConfig(
         run_id=f"bench-{mode}", store=store["root"], init_checkpoint=store["init"], datasets=store["datasets"],
         mode=mode, max_steps=args.steps, group_size=args.group_size, groups_per_step=args.groups_per_step,
-        max_in_flight_groups=args.in_flight, replicas=2, max_new_tokens=16, max_turns=3, max_context=512,
-        discard_above=480, env_latency_median_s=args.latency_median_s, env_latency_sigma=args.latency_sigma,
+        max_in_flight_groups=args.in_flight, replicas=2, sampling={"max_new_tokens": 16},
+        episode={"max_turns": 3, "max_context": 512, "discard_above": 480}, env_latency_median_s=args.latency_median_s, env_latency_sigma=args.latency_sigma,
         staleness_tau=args.steps, checkpoint_every=10_000,
     )
     path = workdir / f"{mode}.json"
