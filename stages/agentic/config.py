@@ -51,7 +51,7 @@ class AgenticRecipe(BaseModel):
         return tasks
 
 
-class AgenticRlConfig(StageIO, AgenticRecipe):
+class AgenticRlConfig(AgenticRecipe, StageIO):
     stage_name: ClassVar[str] = "agentic_rl"
     entry_module: ClassVar[str] = "stages.agentic.train"
 

@@ -1,9 +1,9 @@
 """The parts every stage config is composed of: where it reads and writes (StageIO), and the shared
 settings sub-models each stage nests (optimizer, sampling, held-out evaluation).
 
-A stage config is `class XConfig(StageIO, XRecipe)`: StageIO's fields are filled by whoever launches
-the stage (the pipeline, a form, a run.json), the recipe's are what a person or a preset tunes. Both
-are flat pydantic models; nothing inherits further.
+A stage config is `class XConfig(XRecipe, StageIO)`: StageIO's fields (first in a form and in run.json)
+are filled by whoever launches the stage (the pipeline, a form, a run.json), the recipe's are what a
+person or a preset tunes. Both are flat pydantic models; nothing inherits further.
 """
 
 from __future__ import annotations

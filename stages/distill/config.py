@@ -51,7 +51,7 @@ class DistillRecipe(BaseModel):
     checkpoint_every: int = Field(20, ge=1)
 
 
-class DistillConfig(StageIO, DistillRecipe):
+class DistillConfig(DistillRecipe, StageIO):
     """On-policy distillation (SPEC Eq. 2): the student samples one response per prompt (G = 1), the
     prompt's own teacher scores it, and the per-token advantage is log π_teacher − log π_student."""
 

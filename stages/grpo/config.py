@@ -72,7 +72,7 @@ def default_general_rewards() -> list[RewardSpec]:
     return [RewardSpec(path="rewards.mix.MixedReward", params=DEFAULT_MIX)]
 
 
-class ReasoningRlConfig(StageIO, GrpoRecipe):
+class ReasoningRlConfig(GrpoRecipe, StageIO):
     """GRPO on the arith prompts of chat@1 datasets, scored by verifiers (default: exact match)."""
 
     stage_name: ClassVar[str] = "reasoning_rl"
@@ -87,7 +87,7 @@ class ReasoningRlConfig(StageIO, GrpoRecipe):
         return self
 
 
-class GeneralRlConfig(StageIO, GrpoRecipe):
+class GeneralRlConfig(GrpoRecipe, StageIO):
     """GRPO on prompt@1 datasets, scored by the mixed reward by default (rewards/mix.py)."""
 
     stage_name: ClassVar[str] = "general_rl"

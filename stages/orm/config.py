@@ -23,7 +23,7 @@ class OrmRecipe(BaseModel):
     checkpoint_every: int = Field(100, ge=1, description="commit resume state every this many steps")
 
 
-class TrainOrmConfig(StageIO, OrmRecipe):
+class TrainOrmConfig(OrmRecipe, StageIO):
     stage_name: ClassVar[str] = "orm"
     entry_module: ClassVar[str] = "stages.orm.train"
     dataset_contract: ClassVar = PREFERENCE_V1

@@ -52,7 +52,7 @@ class SftRecipe(BaseModel):
         return self
 
 
-class SftConfig(StageIO, SftRecipe):
+class SftConfig(SftRecipe, StageIO):
     """The SFT stage's one config object: the Prefect form, the CLI flags and the run.json the job reads."""
 
     stage_name: ClassVar[str] = "sft"
