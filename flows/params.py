@@ -14,7 +14,7 @@ class PipelineParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     preset: str = Field("tiny", description="Pipeline preset (flows/presets.py): model, data sizes, stage configs.")
-    seed: int = 0
+    seed: int = Field(0, description="Seed for every stage.")
     store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
     reports_dir: str = Field("artifacts/runs", description="Run reports: <run_id>/summary.json, report.md, LATEST.")
     nproc: int = Field(1, ge=1, description="Trainer processes per stage on this machine.")

@@ -58,7 +58,7 @@ def stage_run_id(stage: str, fields: dict, trainer_code: str | None = None) -> s
     """The digest of what determines a stage's result (config, inputs, trainer code): an unchanged
     re-run resumes or skips, and a changed trainer trains anew. `trainer_code` defaults to the
     digest of the trainers' sources."""
-    code = trainer_code or source_digest("stages", "model", "rewards", "rollout")
+    code = trainer_code or source_digest("stages", "model", "rewards", "rollout", "suites")
     determining = {k: v for k, v in fields.items() if k != "store"} | {"code": code}
     return f"{stage}-{config_digest(determining)[:12]}"
 

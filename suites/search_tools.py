@@ -1,5 +1,6 @@
-"""What the search suite's tools return on a knowledge graph: the one implementation that training
-data, evaluation episodes and the agent task service share."""
+"""What the search suite's tools return on a knowledge graph, for a model's tool call: evaluation
+episodes and the agent task service share it, and `matches_graph` checks it reproduces what the suite's
+generator (suites/search.py) recorded in its rows."""
 
 from __future__ import annotations
 

@@ -71,8 +71,8 @@ def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(ser
     with tempfile.TemporaryDirectory() as workdir:
         prompts, _ = publish_prompts(store, "instruct", SuiteSizes(40, 8), 0, Path(workdir), "tests")
     config = {"run_id": "general-from-ui", "store": small_store["root"], "init_checkpoint": small_store["init"],
-              "datasets": [prompts.uri], "group_size": 2, "prompts_per_step": 2, "max_steps": 2, "max_new_tokens": 12,
-              "warmup_steps": 1, "rewards": [{"path": f"{__name__}.Brevity", "weight": 1.0}]}
+              "datasets": [prompts.uri], "group_size": 2, "prompts_per_step": 2, "max_steps": 2, "sampling": {"max_new_tokens": 12},
+              "optimizer": {"warmup_steps": 1}, "rewards": [{"path": f"{__name__}.Brevity", "weight": 1.0}]}
     # The call the UI's Run form makes: the deployment's parameters, edited, as JSON.
     created = requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30, json={
         "parameters": {"config": config, "eval_settings": {"prompts_per_dataset": 4, "max_new_tokens": 12}}})

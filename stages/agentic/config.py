@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rollout.envs.catalog import task_class
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.loss import ImportanceSettings
-from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.common.config import OptimizerSettings, SamplingSettings, StageIO, fill_stage_defaults
 
 
 def check_tasks(tasks: list[str]) -> list[str]:
@@ -29,10 +29,10 @@ class AgenticRecipe(BaseModel):
     group_size: int = Field(4, ge=2, description="G: rollouts per prompt")
     groups_per_step: int = Field(4, ge=1)
     max_steps: int = Field(20, ge=1)
-    optimizer: OptimizerSettings = Field(default_factory=lambda: OptimizerSettings(lr=5e-5, warmup_steps=2))
-    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
-    episode: EpisodeSettings = Field(default_factory=EpisodeSettings)
-    objective: ImportanceSettings = Field(default_factory=ImportanceSettings)
+    optimizer: OptimizerSettings = OptimizerSettings(lr=5e-5, warmup_steps=2)
+    sampling: SamplingSettings = SamplingSettings()
+    episode: EpisodeSettings = EpisodeSettings()
+    objective: ImportanceSettings = ImportanceSettings()
     push_every: int = Field(1, ge=1, description="K: optimizer steps between weight pushes to the engines")
     reset_optimizer_on_push: bool = Field(True, description="zero AdamW's moments after each push (SPEC)")
     staleness_tau: int = Field(2, ge=0, description="τ: drop samples whose oldest weights are more than τ versions old")
@@ -43,6 +43,11 @@ class AgenticRecipe(BaseModel):
     env_latency_median_s: float | None = Field(None, gt=0, description="add a lognormal delay to every env step")
     env_latency_sigma: float = Field(1.0, ge=0)
     checkpoint_every: int = Field(10, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_defaults(cls, data):
+        return fill_stage_defaults(cls, data)
 
     @field_validator("tasks")
     @classmethod

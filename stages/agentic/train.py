@@ -50,8 +50,8 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
         started, trained_samples = time.monotonic(), 0
         for step in range(start_step, config.max_steps):
             groups, failures, stale, dropped = next_batch(producer, config, version)
-            step_started = time.monotonic()
             health = rollout_health(groups, version, stale, dropped, failures)  # before this step's push
+            step_started = time.monotonic()
             rewards = torch.tensor([[r.reward for r in results] for results in groups], dtype=torch.float32)
             batch, advantages = segments_batch(groups, centred_advantages(rewards).flatten(), tokenizer.pad_token_id)
             logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits

@@ -15,8 +15,6 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch.distributed as dist
-
 from data_contracts.lineage import (
     DataInput,
     Lineage,
@@ -29,17 +27,13 @@ from data_contracts.lineage import (
 from infra.publish import data_input, parent_ref, publish_directory, published_contract
 from infra.store import ArtifactStore, CommittedArtifact, open_store
 from stages.common.config import Provenance, StageIO
+from stages.common.distributed import barrier
 from stages.common.inputs import StageInputs
 
 DEEPSPEED_DIR = "deepspeed"
 TRAINER_STATE = "trainer_state.json"
 METRICS = "metrics.jsonl"
 STEP_NAME = re.compile(r"step-(\d+)$")
-
-
-def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
 
 
 def save_local(engine, model, tokenizer, local_dir: Path, step: int, trainer_state: dict, is_main: bool) -> None:

@@ -8,9 +8,11 @@ person or a preset tunes. Both are flat pydantic models; nothing inherits furthe
 
 from __future__ import annotations
 
+from dataclasses import is_dataclass
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import to_jsonable_python
 
 from data_contracts import CHAT_V1
 from data_contracts.contract import Contract
@@ -94,6 +96,20 @@ class HeldoutSettings(BaseModel):
     every: int = Field(100, ge=1, description="every this many steps, and after the last")
     samples: int | None = Field(None, ge=1, description="the first this many held-out samples; default all")
     batch_size: int | None = Field(None, ge=1, description="default: the training batch size")
+
+
+def fill_stage_defaults(recipe: type[BaseModel], data):
+    """A partial nested settings value keeps the stage's defaults for what it leaves out: on SFT,
+    `optimizer={"warmup_steps": 2}` keeps SFT's lr, not OptimizerSettings' own. Each recipe runs this
+    before validating (its nested fields default to the stage's settings)."""
+    if not isinstance(data, dict):
+        return data
+    filled = dict(data)
+    for name, field in recipe.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        if isinstance(filled.get(name), dict) and (isinstance(default, BaseModel) or is_dataclass(default)):
+            filled[name] = {**to_jsonable_python(default), **filled[name]}
+    return filled
 
 
 def per_rank(count: int, world_size: int, field: str) -> int:

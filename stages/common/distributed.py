@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.distributed
 
 from infra.ports import free_port
 
@@ -80,3 +81,8 @@ def deepspeed_engine(module, optimizer, scheduler, global_batch: int, world_size
         config=deepspeed_config(global_batch, world_size, zero_stage, grad_clip),
     )
     return engine
+
+
+def barrier() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()

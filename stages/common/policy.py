@@ -14,9 +14,8 @@ import torch
 from model.dsa import install_dsa_indexers, set_dense_attention
 from rollout.client import EngineClient
 from rollout.process import EngineProcess
-from stages.common.checkpointer import barrier
 from stages.common.config import OptimizerSettings
-from stages.common.distributed import Dist, deepspeed_engine
+from stages.common.distributed import Dist, barrier, deepspeed_engine
 
 
 def rl_training_engine(model, settings: OptimizerSettings, *, global_batch: int, world_size: int,

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from data_contracts import CHAT_V1, PROMPT_V1
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.config import check_tasks
-from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.common.config import OptimizerSettings, SamplingSettings, StageIO, fill_stage_defaults
 from stages.grpo.loss import IcePopSettings
 
 # The stages whose final checkpoints teach, and so how their domain is evaluated (flows/distill.py).
@@ -42,13 +42,17 @@ class DistillRecipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
     prompts_per_step: int = Field(24, ge=1, description="split over the teachers by their shares")
     max_steps: int = Field(20, ge=1)
-    optimizer: OptimizerSettings = Field(default_factory=lambda: OptimizerSettings(lr=2e-5, warmup_steps=2))
-    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
-    objective: IcePopSettings = Field(default_factory=IcePopSettings)
-    episode: EpisodeSettings = Field(default_factory=EpisodeSettings,
-                                     description="turns and context management of the agent episodes")
+    optimizer: OptimizerSettings = OptimizerSettings(lr=2e-5, warmup_steps=2)
+    sampling: SamplingSettings = SamplingSettings()
+    objective: IcePopSettings = IcePopSettings()
+    episode: EpisodeSettings = Field(EpisodeSettings(), description="turns and context management of the agent episodes")
     engine_url: str | None = Field(None, description="A running engine for the student; default: start one here.")
     checkpoint_every: int = Field(20, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_defaults(cls, data):
+        return fill_stage_defaults(cls, data)
 
 
 class DistillConfig(DistillRecipe, StageIO):

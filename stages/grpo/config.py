@@ -8,7 +8,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data_contracts import PROMPT_V1
-from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.common.config import OptimizerSettings, SamplingSettings, StageIO, fill_stage_defaults
 from stages.grpo.loss import IcePopSettings
 
 
@@ -39,16 +39,20 @@ class GrpoRecipe(BaseModel):
     group_size: int = Field(8, ge=2, description="G: responses per prompt")
     oversample: int = Field(1, ge=1, description="draw this many times the prompts, train on the groups with signal")
     max_steps: int = Field(40, ge=1)
-    optimizer: OptimizerSettings = Field(default_factory=OptimizerSettings)
-    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
-    objective: IcePopSettings = Field(default_factory=IcePopSettings)
+    optimizer: OptimizerSettings = OptimizerSettings(lr=5e-5, warmup_steps=5)
+    sampling: SamplingSettings = SamplingSettings()
+    objective: IcePopSettings = IcePopSettings()
     rewards: list[RewardSpec] = Field(default_factory=list, description="default: the stage's own rewards")
     reward_timeout_s: float = Field(60.0, gt=0)
-    anchors: AnchorSettings = Field(default_factory=AnchorSettings)
     frozen: list[str] = Field(default_factory=list, description="globs of parameter names RL leaves as they are, "
                                                                  "e.g. '*.mlp.gate.weight' (the MoE routers)")
     engine_url: str | None = Field(None, description="A running engine (ours or SGLang); default: start one here.")
     checkpoint_every: int = Field(20, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_defaults(cls, data):
+        return fill_stage_defaults(cls, data)
 
 
 # The instruct suite's rules: a reply that breaks one gets the minimum, otherwise the share met.
@@ -80,8 +84,6 @@ class ReasoningRlConfig(GrpoRecipe, StageIO):
 
     @model_validator(mode="after")
     def _stage_defaults(self):
-        if self.anchors.enabled:
-            raise ValueError("anchors: reasoning prompts carry a reference answer, not a reply to anchor a group with")
         if not self.rewards:
             self.rewards = [RewardSpec(path="rewards.verifiers.ArithExactMatch")]
         return self
@@ -93,6 +95,8 @@ class GeneralRlConfig(GrpoRecipe, StageIO):
     stage_name: ClassVar[str] = "general_rl"
     entry_module: ClassVar[str] = "stages.grpo.general"
     dataset_contract = PROMPT_V1
+
+    anchors: AnchorSettings = AnchorSettings()
 
     @model_validator(mode="after")
     def _stage_defaults(self):

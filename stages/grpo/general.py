@@ -18,7 +18,7 @@ from stages.grpo.loop import run_grpo
 def train(config: GeneralRlConfig, stage: StageInputs) -> str:
     tokenizer = stage.tokenizer()
     rows = load_split(stage.datasets, "train", stage.workdir, PROMPT_V1)
-    return run_grpo(config, stage, general_prompts(rows, tokenizer), tokenizer)
+    return run_grpo(config, stage, general_prompts(rows, tokenizer), tokenizer, anchors=config.anchors)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,17 +27,17 @@ from stages.common.policy import policy_engine, push_weights, rl_training_engine
 from stages.common.prompts import RlPrompt
 from stages.common.rl_batches import TrainBatch, train_batch
 from stages.grpo.anchors import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
-from stages.grpo.config import GeneralRlConfig, GrpoRecipe, ReasoningRlConfig
+from stages.grpo.config import AnchorSettings, GeneralRlConfig, GrpoRecipe, ReasoningRlConfig
 from stages.grpo.loss import group_advantages, grpo_icepop_loss, zero_signal_groups
 from stages.grpo.rewards import WeightedReward, group_rewards, informative_groups
 
 
-def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, prompts: Sequence[RlPrompt], tokenizer) -> str:
+def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, prompts: Sequence[RlPrompt], tokenizer,
+             anchors: AnchorSettings | None = None) -> str:
     """Train on `prompts` until `max_steps`, committing checkpoints; returns the final checkpoint's URI.
-    With `config.anchors.enabled`, reference replies join their groups as off-policy members
-    (stages/grpo/anchors.py)."""
+    With `anchors` enabled, reference replies join their groups as off-policy members (stages/grpo/anchors.py)."""
     dist, events, workdir = stage.dist, stage.events, stage.workdir
-    anchors_on = config.anchors.enabled
+    anchors_on = anchors is not None and anchors.enabled
     model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
     rewards, reward_refs = load_rewards(config)
     events.emit("data", train_prompts=len(prompts), rewards=[r.name for r in rewards])
@@ -78,11 +78,11 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             logp_new = next_token_logprobs(logits, batch.input_ids, config.sampling.temperature)
             # One optimizer step per rollout batch: θ_old is the current θ, so the trainer's own
             # recomputation π_train(θ_old) is this forward, without its gradient.
-            logp_old, anchors = logp_new.detach(), is_anchor(samples)
+            logp_old, is_anchor_member = logp_new.detach(), is_anchor(samples)
             if anchors_on:
-                advantages = advantages * anchor_weights(logp_old, batch.response_mask, anchors, config.anchors.min_weight)
+                advantages = advantages * anchor_weights(logp_old, batch.response_mask, is_anchor_member, anchors.min_weight)
             loss, stats = grpo_icepop_loss(
-                logp_new, logp_old, behaviour_logprobs(batch.logp_infer, logp_old, anchors), advantages * keep,
+                logp_new, logp_old, behaviour_logprobs(batch.logp_infer, logp_old, is_anchor_member), advantages * keep,
                 batch.response_mask, config.objective,
             )
             engine.backward(loss)
@@ -98,7 +98,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 **{name: all_mean(value) for name, value in stats.items()},
                 "zero_signal_group_fraction": all_mean(zero_signal),
                 "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
-                **sample_metrics(samples, anchors, batch, rollout_s, train_s, dist),
+                **sample_metrics(samples, is_anchor_member, batch, rollout_s, train_s, dist),
             })
     return checkpointer.finish()
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data_contracts import PREFERENCE_V1
-from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO
+from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO, fill_stage_defaults
 
 
 class OrmRecipe(BaseModel):
@@ -16,11 +16,16 @@ class OrmRecipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_steps: int = Field(200, ge=1)
     global_batch_size: int = Field(32, ge=1, description="preference pairs per optimizer step")
-    optimizer: OptimizerSettings = Field(default_factory=lambda: OptimizerSettings(lr=3e-4, warmup_steps=10))
+    optimizer: OptimizerSettings = OptimizerSettings(lr=3e-4, warmup_steps=10)
     max_seq_len: int = Field(512, ge=16, description="pairs with a longer side are dropped (and counted)")
-    heldout: HeldoutSettings = Field(default_factory=lambda: HeldoutSettings(every=50, batch_size=64),
+    heldout: HeldoutSettings = Field(HeldoutSettings(every=50, batch_size=64),
                                      description="held-out pairwise accuracy while training")
     checkpoint_every: int = Field(100, ge=1, description="commit resume state every this many steps")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_defaults(cls, data):
+        return fill_stage_defaults(cls, data)
 
 
 class TrainOrmConfig(OrmRecipe, StageIO):

@@ -61,7 +61,7 @@ def train(config: TrainOrmConfig, stage: StageInputs) -> str:
             "trained_tokens": int(all_mean(float(attention_mask.sum())) * dist.world_size),
         }
         if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
-            record |= heldout_metrics(engine.module, heldout.pairs, pad_id, config.heldout.batch_size or config.global_batch_size)
+            record |= heldout_metrics(engine.module, heldout.pairs[: config.heldout.samples], pad_id, config.heldout.batch_size or config.global_batch_size)
         checkpointer.end_of_step(record)
     return checkpointer.finish()
 

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO
+from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO, fill_stage_defaults
 
 ThinkingMode = Literal["interleaved", "preserved", "off"]
 
@@ -38,12 +38,16 @@ class SftRecipe(BaseModel):
     max_seq_len: int = Field(512, ge=16)
     global_batch_size: int = Field(32, ge=1)
     max_steps: int = Field(600, ge=1)
-    optimizer: OptimizerSettings = Field(default_factory=lambda: OptimizerSettings(lr=3e-3, warmup_steps=30))
+    optimizer: OptimizerSettings = OptimizerSettings(lr=3e-3, warmup_steps=30)
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine decay to this share of the peak lr")
-    heldout: HeldoutSettings = Field(default_factory=lambda: HeldoutSettings(every=100, samples=128),
-                                     description="held-out loss while training")
+    heldout: HeldoutSettings = Field(HeldoutSettings(every=100, samples=128), description="held-out loss while training")
     checkpoint_every: int = Field(100, ge=1, description="Commit resume state every this many steps.")
-    dsa: DsaSchedule = Field(default_factory=DsaSchedule)
+    dsa: DsaSchedule = DsaSchedule()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_defaults(cls, data):
+        return fill_stage_defaults(cls, data)
 
     @model_validator(mode="after")
     def _check(self):

@@ -1,0 +1,55 @@
+"""Stage configs composed of shared settings: a partial nested value keeps the stage's own defaults,
+the form's schema shows them, and presets are built from the same typed recipes."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from flows.presets import PIPELINE_PRESETS
+from stages.agentic.config import AgenticRlConfig
+from stages.grpo.config import GeneralRlConfig, ReasoningRlConfig
+from stages.orm.config import TrainOrmConfig
+from stages.sft.config import SftConfig
+
+IO = dict(run_id="r", init_checkpoint="checkpoints/init", datasets=["datasets/d"])
+
+
+def test_a_partial_nested_value_keeps_the_stages_own_defaults():
+    sft = SftConfig(**IO, optimizer={"warmup_steps": 2}, heldout={"every": 50})
+    assert (sft.optimizer.lr, sft.optimizer.warmup_steps) == (3e-3, 2)  # SFT's lr, not OptimizerSettings'
+    assert (sft.heldout.every, sft.heldout.samples) == (50, 128)
+    assert TrainOrmConfig(**IO, heldout={"every": 10}).heldout.batch_size == 64
+    agentic = AgenticRlConfig(**IO, episode={"max_turns": 2}, optimizer={"lr": 1e-3})
+    assert (agentic.episode.max_turns, agentic.episode.max_context, agentic.optimizer.warmup_steps) == (2, 1024, 2)
+
+
+def test_the_forms_schema_shows_each_stages_defaults():
+    assert SftConfig.model_json_schema()["properties"]["optimizer"]["default"]["lr"] == 3e-3
+    assert TrainOrmConfig.model_json_schema()["properties"]["optimizer"]["default"]["lr"] == 3e-4
+    assert list(SftConfig.model_fields)[:4] == ["run_id", "store", "init_checkpoint", "datasets"]
+
+
+def test_nested_settings_are_validated_and_anchors_belong_to_general_rl():
+    with pytest.raises(ValidationError, match="optimizer.lr"):
+        SftConfig(**IO, optimizer={"lr": -1})
+    with pytest.raises(ValidationError, match="episode.max_turns"):
+        AgenticRlConfig(**IO, episode={"max_turns": 0})
+    assert GeneralRlConfig(**IO, anchors={"enabled": True}).anchors.min_weight == 0.05
+    with pytest.raises(ValidationError, match="anchors"):
+        ReasoningRlConfig(**IO, anchors={"enabled": True})
+
+
+def test_each_stage_names_its_default_rewards_when_the_config_names_none():
+    assert [r.path for r in ReasoningRlConfig(**IO).rewards] == ["rewards.verifiers.ArithExactMatch"]
+    assert [r.path for r in GeneralRlConfig(**IO).rewards] == ["rewards.mix.MixedReward"]
+
+
+def test_every_preset_recipe_makes_a_valid_stage_config():
+    configs = {"sft": SftConfig, "reasoning_rl": ReasoningRlConfig, "agentic_rl": AgenticRlConfig,
+               "orm": TrainOrmConfig, "general_rl": GeneralRlConfig}
+    for preset in PIPELINE_PRESETS.values():
+        for stage, config_type in configs.items():
+            recipe = getattr(preset, stage)
+            if recipe is not None:
+                assert config_type(**IO, **recipe.model_dump(mode="json")).max_steps == recipe.max_steps
