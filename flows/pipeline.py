@@ -54,11 +54,16 @@ def prepare_data(params: PipelineParams) -> dict:
             "prompts": prompts, "preferences": preferences, "init_checkpoint": prepared.init_checkpoint.uri}
 
 
+# The packages whose code decides a stage's result: the trainers, the model, rewards and rollouts, and
+# the suites' answer checks and tool implementations the rewards and agent tasks use.
+TRAINER_CODE = ("stages", "model", "rewards", "rollout", "suites")
+
+
 def stage_run_id(stage: str, fields: dict, trainer_code: str | None = None) -> str:
     """The digest of what determines a stage's result (config, inputs, trainer code): an unchanged
     re-run resumes or skips, and a changed trainer trains anew. `trainer_code` defaults to the
     digest of the trainers' sources."""
-    code = trainer_code or source_digest("stages", "model", "rewards", "rollout", "suites")
+    code = trainer_code or source_digest(*TRAINER_CODE)
     determining = {k: v for k, v in fields.items() if k != "store"} | {"code": code}
     return f"{stage}-{config_digest(determining)[:12]}"
 

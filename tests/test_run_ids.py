@@ -23,5 +23,6 @@ def test_run_id_follows_config_inputs_and_code_but_not_the_store():
     assert pipeline.sft_config(params.model_copy(update={"seed": 1}), PREPARED).run_id != base
     other_init = dict(PREPARED, init_checkpoint="file:///s/checkpoints/init/glm5-tiny-2")
     assert pipeline.sft_config(params, other_init).run_id != base
-    assert pipeline.sft_config(params, PREPARED, trainer_code=source_digest("stages", "model", "rewards", "rollout")).run_id == base
+    assert pipeline.sft_config(params, PREPARED, trainer_code=source_digest(*pipeline.TRAINER_CODE)).run_id == base
+    assert "suites" in pipeline.TRAINER_CODE  # tool results and answer checks decide RL results too
     assert pipeline.sft_config(params, PREPARED, trainer_code="an edited trainer").run_id != base
