@@ -30,6 +30,7 @@ from model.renderer import render  # noqa: E402
 from model.tokenizer import train_tokenizer  # noqa: E402
 from stages.common.batches import GlobalBatches, TokenizedSample, collate  # noqa: E402
 from stages.common.distributed import init_distributed  # noqa: E402
+from stages.common.finite import FiniteSteps  # noqa: E402
 from stages.sft.config import SftConfig  # noqa: E402
 from stages.sft.step import enter_phase, train_step  # noqa: E402
 from stages.sft.train import build_engine  # noqa: E402
@@ -80,15 +81,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = SftConfig(run_id="bench", store=tmp, init_checkpoint="-", datasets=["-"],
                            global_batch_size=args.batch, max_steps=args.rounds * args.steps,
+                           optimizer={"warmup_steps": min(30, args.rounds * args.steps)},
                            dsa={"dense_steps": 0, "indexer_warmup_steps": 0})
         engine = build_engine(ours, config, dist.world_size)
+    finite = FiniteSteps(skips_allowed=0, stage="bench")
     enter_phase(engine.module, args.phase)
     batches = GlobalBatches(samples(tokenizer, 2000), args.batch, seed=0)
     ours_rates, plain_rates = [], []
     for round_index in range(args.rounds):
         steps = [collate(batches.for_step(round_index * args.steps + i, 0, 1), tokenizer.pad_token_id)
                  for i in range(args.steps)]
-        seconds, tokens = timed(steps, lambda batch: train_step(engine, batch, args.phase, 1.0))
+        seconds, tokens = timed(steps, lambda batch: train_step(engine, batch, args.phase, 1.0, finite, 0))
         ours_rates.append(tokens / seconds)
         seconds, tokens = timed(steps, lambda batch: plain_step(plain, plain_optimizer, batch))
         plain_rates.append(tokens / seconds)

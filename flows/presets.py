@@ -17,8 +17,9 @@ from stages.orm.config import OrmRecipe
 from stages.sft.config import DsaSchedule, SftRecipe
 from suites.prepare import SuiteSizes
 
-# The smoke preset's agent episodes: two turns in a short context.
+# The smoke preset's agent episodes: two turns in a short context; its two-step RL stages warm up over both.
 SMOKE_EPISODE = EpisodeSettings(max_turns=2, max_context=512, discard_above=480)
+SMOKE_OPTIMIZER = OptimizerSettings(lr=5e-5, warmup_steps=2)
 
 
 @dataclass(frozen=True)
@@ -50,14 +51,16 @@ PIPELINE_PRESETS = {
                       heldout=HeldoutSettings(every=3, samples=8), checkpoint_every=100,
                       dsa=DsaSchedule(dense_steps=2, indexer_warmup_steps=2)),
         eval=EvalSettings(limit_per_suite=8, batch_size=8, max_new_tokens=24),
-        reasoning_rl=GrpoRecipe(max_steps=2, group_size=2, prompts_per_step=2, sampling=SamplingSettings(max_new_tokens=16)),
+        reasoning_rl=GrpoRecipe(max_steps=2, group_size=2, prompts_per_step=2, optimizer=SMOKE_OPTIMIZER,
+                                sampling=SamplingSettings(max_new_tokens=16)),
         rl_eval=SampledEvalSettings(prompts=8, samples_per_prompt=2, max_new_tokens=16),
         agentic_rl=AgenticRecipe(max_steps=2, group_size=2, groups_per_step=2, max_in_flight_groups=2, replicas=2,
                                  sampling=SamplingSettings(max_new_tokens=16), episode=SMOKE_EPISODE),
         agentic_eval=AgenticEvalSettings(episodes_per_task=4, max_new_tokens=16, episode=SMOKE_EPISODE),
-        orm=OrmRecipe(max_steps=4, global_batch_size=4, heldout=HeldoutSettings(every=2, batch_size=64),
-                      checkpoint_every=100),
-        general_rl=GrpoRecipe(max_steps=2, group_size=2, prompts_per_step=2, sampling=SamplingSettings(max_new_tokens=16)),
+        orm=OrmRecipe(max_steps=4, global_batch_size=4, optimizer=OptimizerSettings(lr=3e-4, warmup_steps=4),
+                      heldout=HeldoutSettings(every=2, batch_size=64), checkpoint_every=100),
+        general_rl=GrpoRecipe(max_steps=2, group_size=2, prompts_per_step=2, optimizer=SMOKE_OPTIMIZER,
+                              sampling=SamplingSettings(max_new_tokens=16)),
         general_eval=GeneralEvalSettings(prompts_per_dataset=8, max_new_tokens=16),
         distill=DistillRecipe(max_steps=2, prompts_per_step=3, sampling=SamplingSettings(max_new_tokens=16)),
     ),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from rollout.envs.catalog import task_class
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.loss import ImportanceSettings
-from stages.common.config import OptimizerSettings, SamplingSettings, StageIO, fill_stage_defaults
+from stages.common.config import STRICT, OptimizerSettings, SamplingSettings, StageIO, check_warmup, fill_stage_defaults
 
 
 def check_tasks(tasks: list[str]) -> list[str]:
@@ -22,7 +22,7 @@ def check_tasks(tasks: list[str]) -> list[str]:
 class AgenticRecipe(BaseModel):
     """What a person or a preset tunes in agentic RL."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     tasks: dict[str, float] = Field(default_factory=lambda: {"search": 1.0, "calc": 1.0},
                                     description="each task's share of the rollout groups (a task name or dotted path)")
     concurrency: dict[str, int] = Field(default_factory=dict, description="rollouts at once per task (default 64)")
@@ -48,6 +48,10 @@ class AgenticRecipe(BaseModel):
     @classmethod
     def _stage_defaults(cls, data):
         return fill_stage_defaults(cls, data)
+
+    @model_validator(mode="after")
+    def _warmup(self):
+        return check_warmup(self)
 
     @field_validator("tasks")
     @classmethod

@@ -9,13 +9,15 @@ are dropped outright rather than clipped: they are too far off-policy to carry a
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from stages.common.config import STRICT
 
 
 class ImportanceSettings(BaseModel):
     """The band a token's ratio r_t must stay inside to be trained on: (1 − ε_l, 1 + ε_h)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     eps_low: float = Field(0.2, ge=0)
     eps_high: float = Field(0.28, ge=0)
 

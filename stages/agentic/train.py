@@ -25,6 +25,7 @@ from stages.agentic.data import agent_task_rows
 from stages.agentic.loss import centred_advantages, direct_is_loss
 from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.checkpointer import StageCheckpointer
+from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
 from stages.common.policy import push_weights, rl_training_engine
 from stages.common.rl_batches import TrainBatch, padded_batch
@@ -42,6 +43,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
                                 global_batch=config.groups_per_step * config.group_size * dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer)
     start_step = checkpointer.resume()
+    finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     # Resumed weights count as a push of their own: the first samples carry a version none before had.
     version = -(-start_step // config.push_every)
 
@@ -57,8 +59,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
             logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
             logp_new = next_token_logprobs(logits, batch.input_ids, config.sampling.temperature)
             loss, stats = direct_is_loss(logp_new, batch.logp_infer, advantages, batch.response_mask, config.objective)
-            engine.backward(loss)
-            engine.step()
+            finite.step(engine, loss, step + 1)
             trained_samples += sum(len(results) for results in groups)
             if (step + 1) % config.push_every == 0:
                 version += 1

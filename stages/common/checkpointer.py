@@ -28,6 +28,7 @@ from infra.publish import data_input, parent_ref, publish_directory, published_c
 from infra.store import ArtifactStore, CommittedArtifact, open_store
 from stages.common.config import Provenance, StageIO
 from stages.common.distributed import barrier
+from stages.common.finite import check_finite_parameters
 from stages.common.inputs import StageInputs
 
 DEEPSPEED_DIR = "deepspeed"
@@ -166,6 +167,7 @@ class StageCheckpointer:
 
     def commit(self, step: int, name: str) -> str | None:
         config, stage = self.config, self.stage
+        check_finite_parameters(self.model, f"{config.stage_name} {config.run_id} step {step}")
         local = stage.workdir.parent / "commit" / f"step-{step}"
         save_local(self.engine, self.model, self.tokenizer, local, step, {"history": self.history}, stage.dist.is_main)
         if stage.dist.is_main:

@@ -18,11 +18,15 @@ from data_contracts import CHAT_V1
 from data_contracts.contract import Contract
 from rollout.protocol import SamplingParams
 
+# Every stage config and settings model: unknown fields and non-finite numbers (NaN, ±Infinity, and
+# JSON's 1e999) are refused with the field's name, before any job starts.
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
 
 class Provenance(BaseModel):
     """Who and what launched the job; goes into lineage verbatim."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     flow_run_id: str | None = None
     deployment_id: str | None = None
     flow_name: str | None = None
@@ -33,7 +37,7 @@ class Provenance(BaseModel):
 class StageIO(BaseModel):
     """The fields every training stage's config has: where it reads, where it writes, how it is seeded."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     run_id: str = Field(..., pattern=r"^[A-Za-z0-9._=+@-]+$", description="Names the run's artifacts.")
     store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
@@ -69,19 +73,21 @@ class StageIO(BaseModel):
 class OptimizerSettings(BaseModel):
     """AdamW (betas 0.9, 0.95) under DeepSpeed: the peak learning rate, its linear warm-up, clipping, ZeRO."""
 
-    model_config = ConfigDict(extra="forbid")
-    lr: float = Field(5e-5, gt=0)
-    warmup_steps: int = Field(5, ge=0)
-    weight_decay: float = Field(0.0, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
+    model_config = STRICT
+    lr: float = Field(5e-5, gt=0, le=1, description="peak learning rate (above 1 AdamW only diverges)")
+    warmup_steps: int = Field(5, ge=0, description="linear warm-up, in optimizer steps (at most max_steps)")
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    grad_clip: float = Field(1.0, gt=0, description="gradient norm clipping")
+    nonfinite_skips: int = Field(0, ge=0, description="steps with a non-finite loss skipped (no update) before "
+                                                      "the stage stops with an error; 0 stops at the first")
     zero_stage: Literal[0, 1, 2] = 0
 
 
 class SamplingSettings(BaseModel):
     """How the policy samples its training responses."""
 
-    model_config = ConfigDict(extra="forbid")
-    temperature: float = Field(1.0, gt=0)
+    model_config = STRICT
+    temperature: float = Field(1.0, ge=0.01, le=10, description="the trainer divides logits by it: at least 0.01")
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(64, ge=1, description="per response (per turn in agent episodes)")
 
@@ -92,7 +98,7 @@ class SamplingSettings(BaseModel):
 class HeldoutSettings(BaseModel):
     """The trainer's own held-out metric, computed on the test split while training."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     every: int = Field(100, ge=1, description="every this many steps, and after the last")
     samples: int | None = Field(None, ge=1, description="the first this many held-out samples; default all")
     batch_size: int | None = Field(None, ge=1, description="default: the training batch size")
@@ -110,6 +116,13 @@ def fill_stage_defaults(recipe: type[BaseModel], data):
         if isinstance(filled.get(name), dict) and (isinstance(default, BaseModel) or is_dataclass(default)):
             filled[name] = {**to_jsonable_python(default), **filled[name]}
     return filled
+
+
+def check_warmup(recipe):
+    """A recipe's warm-up fits in its steps (an lr that never reaches its peak is a typo, not a plan)."""
+    if recipe.optimizer.warmup_steps > recipe.max_steps:
+        raise ValueError(f"optimizer.warmup_steps {recipe.optimizer.warmup_steps} exceeds max_steps {recipe.max_steps}")
+    return recipe
 
 
 def per_rank(count: int, world_size: int, field: str) -> int:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.config import check_tasks
-from stages.common.config import OptimizerSettings, SamplingSettings, StageIO, fill_stage_defaults
+from stages.common.config import STRICT, OptimizerSettings, SamplingSettings, StageIO, check_warmup, fill_stage_defaults
 from stages.grpo.loss import IcePopSettings
 
 # The stages whose final checkpoints teach, and so how their domain is evaluated (flows/distill.py).
@@ -19,7 +19,7 @@ TeacherSource = Literal["reasoning_rl", "agentic_rl", "general_rl"]
 class TeacherSpec(BaseModel):
     """One teacher: a committed checkpoint and the datasets of the RL prompts it was trained on."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     source: TeacherSource
     checkpoint: str = Field(..., min_length=1)
     datasets: list[str] = Field(..., min_length=1, description="chat@1 or prompt@1 datasets whose train prompts it scores")
@@ -39,7 +39,7 @@ class TeacherSpec(BaseModel):
 class DistillRecipe(BaseModel):
     """What a person or a preset tunes in distillation."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     prompts_per_step: int = Field(24, ge=1, description="split over the teachers by their shares")
     max_steps: int = Field(20, ge=1)
     optimizer: OptimizerSettings = OptimizerSettings(lr=2e-5, warmup_steps=2)
@@ -53,6 +53,10 @@ class DistillRecipe(BaseModel):
     @classmethod
     def _stage_defaults(cls, data):
         return fill_stage_defaults(cls, data)
+
+    @model_validator(mode="after")
+    def _warmup(self):
+        return check_warmup(self)
 
 
 class DistillConfig(DistillRecipe, StageIO):

@@ -30,6 +30,7 @@ from rollout.task_services import TaskServices
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
 from stages.common.distributed import Dist, all_mean, rank_share
+from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, stage_main
 from stages.common.policy import policy_engine, push_weights, rl_training_engine
 from stages.common.rl_batches import TrainBatch, padded_batch
@@ -55,6 +56,7 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
     engine = rl_training_engine(model, config.optimizer, global_batch=config.prompts_per_step, world_size=dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, teachers=teachers)
     start_step = checkpointer.resume()
+    finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
     agent_tasks = sorted({task for teacher in config.teachers for task in teacher.agent_tasks})
     with ExitStack() as stack:
@@ -86,8 +88,7 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
             advantages = distill_advantages(logp_teacher, logp_old, batch.response_mask)
             loss, stats = grpo_icepop_loss(logp_new, logp_old, batch.logp_infer, advantages, batch.response_mask,
                                            config.objective)
-            engine.backward(loss)
-            engine.step()
+            finite.step(engine, loss, step + 1)
             train_s = time.monotonic() - started
             push_weights(engine, workdir, step + 1, dist.is_main,
                          lambda path, version=str(step + 1): student.update_weights(path, version))

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from data_contracts import PROMPT_V1
-from stages.common.config import OptimizerSettings, SamplingSettings, StageIO, fill_stage_defaults
+from stages.common.config import STRICT, OptimizerSettings, SamplingSettings, StageIO, check_warmup, fill_stage_defaults
 from stages.grpo.loss import IcePopSettings
 
 
 class RewardSpec(BaseModel):
     """A reward module by dotted path (`package.module.Name` or `package.module:Name`) and its weight."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     path: str = Field(..., min_length=1)
     weight: float = 1.0
     params: dict = Field(default_factory=dict)
@@ -25,7 +25,7 @@ class AnchorSettings(BaseModel):
     """A prompt's reference reply joins its group as an off-policy member, importance-weighted
     (stages/grpo/anchors.py); general RL's prompts carry such replies."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     enabled: bool = False
     min_weight: float = Field(0.05, gt=0, le=1, description="the floor of an anchor member's importance weight")
 
@@ -34,7 +34,7 @@ class GrpoRecipe(BaseModel):
     """What a person or a preset tunes in a GRPO stage. Fully on-policy: sample G responses per prompt
     from the engine, one optimizer step on the Eq. 1 objective, push the weights back."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     prompts_per_step: int = Field(8, ge=1)
     group_size: int = Field(8, ge=2, description="G: responses per prompt")
     oversample: int = Field(1, ge=1, description="draw this many times the prompts, train on the groups with signal")
@@ -53,6 +53,10 @@ class GrpoRecipe(BaseModel):
     @classmethod
     def _stage_defaults(cls, data):
         return fill_stage_defaults(cls, data)
+
+    @model_validator(mode="after")
+    def _warmup(self):
+        return check_warmup(self)
 
 
 # The instruct suite's rules: a reply that breaks one gets the minimum, otherwise the share met.

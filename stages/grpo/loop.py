@@ -22,6 +22,7 @@ from rollout.client import Sample
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
 from stages.common.distributed import Dist, all_mean, rank_share
+from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, push_weights, rl_training_engine
 from stages.common.prompts import RlPrompt
@@ -46,6 +47,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                                 world_size=dist.world_size, frozen=config.frozen)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, reward_refs=reward_refs)
     start_step = checkpointer.resume()
+    finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
     with ExitStack() as stack:
         client = policy_engine(stack, config, engine, workdir, dist, start_step)
@@ -85,8 +87,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 logp_new, logp_old, behaviour_logprobs(batch.logp_infer, logp_old, is_anchor_member), advantages * keep,
                 batch.response_mask, config.objective,
             )
-            engine.backward(loss)
-            engine.step()
+            finite.step(engine, loss, step + 1)
             train_s = time.monotonic() - started
             push_weights(engine, workdir, step + 1, dist.is_main,
                          lambda path, version=str(step + 1): client.update_weights(path, version))

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from data_contracts import PREFERENCE_V1
-from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO, fill_stage_defaults
+from stages.common.config import STRICT, HeldoutSettings, OptimizerSettings, StageIO, check_warmup, fill_stage_defaults
 
 
 class OrmRecipe(BaseModel):
     """What a person or a preset tunes in ORM training."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     max_steps: int = Field(200, ge=1)
     global_batch_size: int = Field(32, ge=1, description="preference pairs per optimizer step")
     optimizer: OptimizerSettings = OptimizerSettings(lr=3e-4, warmup_steps=10)
@@ -26,6 +26,10 @@ class OrmRecipe(BaseModel):
     @classmethod
     def _stage_defaults(cls, data):
         return fill_stage_defaults(cls, data)
+
+    @model_validator(mode="after")
+    def _warmup(self):
+        return check_warmup(self)
 
 
 class TrainOrmConfig(OrmRecipe, StageIO):

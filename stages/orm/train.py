@@ -18,6 +18,7 @@ from model.reward_model import ScalarRewardModel
 from stages.common.batches import GlobalBatches
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.distributed import all_mean
+from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
 from stages.common.policy import rl_training_engine
 from stages.orm.config import TrainOrmConfig
@@ -42,6 +43,7 @@ def train(config: TrainOrmConfig, stage: StageInputs) -> str:
                                 world_size=dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer)
     start_step = checkpointer.resume()
+    finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
 
     batches = GlobalBatches(train_pairs.pairs, config.global_batch_size, config.seed)
     for step in range(start_step, config.max_steps):
@@ -51,8 +53,7 @@ def train(config: TrainOrmConfig, stage: StageInputs) -> str:
         input_ids, attention_mask = collate_pairs(pairs, pad_id)
         chosen, rejected = engine(input_ids, attention_mask).chunk(2)
         loss = bradley_terry_loss(chosen, rejected)
-        engine.backward(loss)
-        engine.step()
+        finite.step(engine, loss, step + 1)
         record = {
             "step": step + 1, "loss": all_mean(loss.item()), "lr": engine.get_lr()[0],
             "train_accuracy": all_mean(pairwise_accuracy(chosen.detach(), rejected.detach())),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO, fill_stage_defaults
+from stages.common.config import STRICT, HeldoutSettings, OptimizerSettings, StageIO, check_warmup, fill_stage_defaults
 
 ThinkingMode = Literal["interleaved", "preserved", "off"]
 
@@ -21,17 +21,17 @@ class DsaSchedule(BaseModel):
     3. sparse: attention restricted to the indexer's top-k; indexer loss restricted to the selected keys.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     dense_steps: int = Field(200, ge=0)
     indexer_warmup_steps: int = Field(40, ge=0)
-    indexer_lr: float = Field(3e-3, gt=0)
+    indexer_lr: float = Field(3e-3, gt=0, le=1)
     indexer_loss_weight: float = Field(1.0, ge=0)
 
 
 class SftRecipe(BaseModel):
     """What a person or a preset tunes in SFT."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     thinking_mix: dict[ThinkingMode, float] = Field(
         default_factory=lambda: {"interleaved": 0.6, "preserved": 0.2, "off": 0.2}
     )
@@ -48,6 +48,10 @@ class SftRecipe(BaseModel):
     @classmethod
     def _stage_defaults(cls, data):
         return fill_stage_defaults(cls, data)
+
+    @model_validator(mode="after")
+    def _warmup(self):
+        return check_warmup(self)
 
     @model_validator(mode="after")
     def _check(self):

@@ -6,6 +6,7 @@ import torch
 
 from model.dsa import indexer_kl_loss, recording_indexer_scores, set_dense_attention
 from stages.common.batches import Batch, TokenizedSample, collate
+from stages.common.finite import FiniteSteps
 from stages.sft.objective import SftObjective
 
 
@@ -26,10 +27,11 @@ def enter_phase(objective: SftObjective, phase: str) -> None:
     set_dense_attention(objective, dense=phase != "sparse", score_keys=not dense_model_only)
 
 
-def train_step(engine, batch: Batch, phase: str, indexer_weight: float) -> dict[str, float]:
+def train_step(engine, batch: Batch, phase: str, indexer_weight: float, finite: FiniteSteps, step: int) -> dict[str, float]:
     """One optimizer step of `phase`, which `enter_phase` has set up. In the sparse phase LM loss and
     indexer loss share one backward: the indexer reads detached inputs, so neither loss reaches the
-    other's parameters. In the indexer warm-up only the indexer loss is optimized."""
+    other's parameters. In the indexer warm-up only the indexer loss is optimized. A non-finite loss
+    skips the update (`finite`)."""
     engine.train()
     if phase == "dense":  # DSA not switched on yet: no indexer, no attention probabilities
         lm, _ = engine(batch.input_ids, batch.attention_mask, batch.loss_mask)
@@ -37,8 +39,7 @@ def train_step(engine, batch: Batch, phase: str, indexer_weight: float) -> dict[
     else:
         lm, indexer = _forward(engine, batch, restrict_to_selected=phase == "sparse")
     total = indexer_weight * indexer if phase == "indexer_warmup" else lm + indexer_weight * indexer
-    engine.backward(total)
-    engine.step()
+    finite.step(engine, total, step)
     return {"lm": lm.item(), "indexer": indexer.item()}
 
 

@@ -17,6 +17,7 @@ from model.presets import load_model
 from stages.common.batches import Batch, GlobalBatches, collate
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.distributed import Dist, all_mean, deepspeed_engine
+from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
 from stages.sft.config import SftConfig
 from stages.sft.data import render_rows
@@ -41,6 +42,7 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     engine = build_engine(model, config, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, model, tokenizer)
     start_step = checkpointer.resume()
+    finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
 
     batches = GlobalBatches(samples.samples, config.global_batch_size, config.seed)
     pad_id = tokenizer.pad_token_id
@@ -51,7 +53,7 @@ def train(config: SftConfig, stage: StageInputs) -> str:
             enter_phase(engine.module, phase)
         batch = collate(batches.for_step(step, dist.rank, dist.world_size), pad_id)
         started = time.monotonic()
-        losses = train_step(engine, batch, phase, config.dsa.indexer_loss_weight)
+        losses = train_step(engine, batch, phase, config.dsa.indexer_loss_weight, finite, step + 1)
         record = step_metrics(step + 1, phase, losses, engine, batch, time.monotonic() - started, dist)
         if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
             record["heldout_loss"] = heldout_loss(engine.module, heldout_samples, pad_id,

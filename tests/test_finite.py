@@ -1,0 +1,78 @@
+"""Finite or nothing: configs refuse non-finite and out-of-range numbers naming the field, a trainer stops
+on non-finite losses with a named error, and no checkpoint with a non-finite parameter is committed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from safetensors.torch import load_file, save_file
+
+from data_contracts.lineage import Lineage
+from infra.launch import StageFailed
+from infra.publish import publish_directory
+from infra.store import open_store
+from stages.grpo.config import ReasoningRlConfig
+from stages.sft.config import SftConfig
+from tests.sft_fixtures import run_sft, small_config
+
+IO = dict(run_id="r", init_checkpoint="checkpoints/init", datasets=["datasets/d"])
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"optimizer": {"lr": float("inf")}}, "optimizer.lr"),
+    ({"optimizer": {"lr": 1e30}}, "optimizer.lr"),
+    ({"optimizer": {"weight_decay": float("inf")}}, "optimizer.weight_decay"),
+    ({"optimizer": {"grad_clip": float("inf")}}, "optimizer.grad_clip"),
+    ({"dsa": {"indexer_loss_weight": float("inf")}}, "dsa.indexer_loss_weight"),
+    ({"optimizer": {"warmup_steps": 700}}, "warmup_steps 700 exceeds max_steps 600"),
+])
+def test_sft_configs_refuse_non_finite_and_out_of_range_numbers_naming_the_field(fields, named):
+    with pytest.raises(ValidationError, match=named.replace(".", r"\.")):
+        SftConfig(**IO, **fields)
+
+
+def test_a_run_json_with_infinity_is_refused_before_any_job_starts():
+    text = json.dumps({**IO, "optimizer": {"lr": "Infinity"}})
+    with pytest.raises(ValidationError, match="optimizer.lr"):
+        SftConfig.model_validate_json(text)
+    with pytest.raises(ValidationError, match="sampling.temperature"):
+        ReasoningRlConfig(**IO, sampling={"temperature": float("nan")})
+    with pytest.raises(ValidationError, match="weight"):
+        ReasoningRlConfig(**IO, rewards=[{"path": "rewards.verifiers.ArithExactMatch", "weight": float("inf")}])
+
+
+@pytest.fixture(scope="module")
+def nan_init(small_store, tmp_path_factory) -> str:
+    """The store's initial checkpoint with its final norm's weights NaN: every logit, every loss NaN."""
+    store = open_store(small_store["root"])
+    init = store.open(small_store["init"])
+    local = Path(init.download(tmp_path_factory.mktemp("nan-init") / "checkpoint"))
+    weights = load_file(local / "model.safetensors")
+    weights["model.norm.weight"].fill_(float("nan"))
+    save_file(weights, local / "model.safetensors", metadata={"format": "pt"})
+    lineage = Lineage.model_validate(init.lineage()).model_copy(update={"name": "nan init"})
+    return publish_directory(store, "checkpoints/init/nan-init", local, lineage).uri
+
+
+def test_non_finite_losses_are_skipped_up_to_the_budget_then_the_stage_stops_uncommitted(small_store, nan_init,
+                                                                                         tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = small_config(small_store, "nan-loss", init_checkpoint=nan_init,
+                          optimizer={"lr": 3e-3, "warmup_steps": 2, "nonfinite_skips": 1})
+    with pytest.raises(StageFailed) as failure:
+        run_sft(config, tmp_path)
+    assert "sft step 2: non-finite loss nan (2 such step(s); optimizer.nonfinite_skips allows 1)" in str(failure.value)
+    assert not open_store(small_store["root"]).is_committed(config.output_name)
+
+
+def test_a_checkpoint_with_a_non_finite_parameter_is_never_committed(small_store, nan_init, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = small_config(small_store, "nan-params", init_checkpoint=nan_init,
+                          optimizer={"lr": 3e-3, "warmup_steps": 2, "nonfinite_skips": 100})
+    with pytest.raises(StageFailed) as failure:
+        run_sft(config, tmp_path)
+    assert "parameter model.norm.weight is not finite; refusing to commit it" in str(failure.value)
+    assert not open_store(small_store["root"]).is_committed(config.output_name)
