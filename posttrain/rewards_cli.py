@@ -32,9 +32,10 @@ def check(
     path: str = typer.Argument(..., help="Dotted path of the module: package.module.Name or package.module:Name."),
     params: str = typer.Option("{}", help="JSON object of constructor parameters, as a stage config gives them."),
     timeout_s: float = typer.Option(30.0, help="Longest a call on the fixture batch may take."),
+    start_up_s: float = typer.Option(60.0, help="Time the module may take to import and build before its first call."),
 ) -> None:
-    """Run a module through the reward contract on a fixture batch; exit 1 naming every problem."""
-    from rewards.contract import check_contract
+    """Run a module through the reward contract on a fixture batch, in a child process; exit 1 naming every problem."""
+    from rewards.isolated import check_contract_isolated
 
     try:
         parsed = json.loads(params)
@@ -42,7 +43,7 @@ def check(
         raise typer.BadParameter(f"not JSON: {error}", param_hint="--params") from error
     if not isinstance(parsed, dict):
         raise typer.BadParameter("must be a JSON object", param_hint="--params")
-    result = check_contract(path, parsed, timeout_s)
+    result = check_contract_isolated(path, parsed, timeout_s, start_up_s)
     if result.name is not None:
         console.print(f"{result.path}: name {result.name!r}, version {result.version!r}, "
                       f"source sha256 {result.source_sha256}")

@@ -17,7 +17,7 @@ import pkgutil
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
-ENTRY_POINT_GROUP = "posttrain.rewards"
+from rewards.origin import ENTRY_POINT_GROUP, declares_reward
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def builtin_modules() -> list[AvailableModule]:
     for info in sorted(pkgutil.iter_modules(rewards.__path__), key=lambda info: info.name):
         module = importlib.import_module(f"rewards.{info.name}")
         for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ == module.__name__ and _looks_like_reward(cls):
+            if cls.__module__ == module.__name__ and declares_reward(cls):
                 found.append(AvailableModule(f"{module.__name__}.{cls.__name__}", "posttrain", _summary(cls)))
     return found
 
@@ -47,12 +47,6 @@ def installed_modules() -> list[AvailableModule]:
         origin = entry.dist.name if entry.dist is not None else "unknown distribution"
         found.append(AvailableModule(entry.value.replace(":", "."), origin, f"entry point {entry.name!r}"))
     return found
-
-
-def _looks_like_reward(cls: type) -> bool:
-    # The Protocol itself only annotates name and version; a module sets them.
-    return isinstance(getattr(cls, "name", None), str) and isinstance(getattr(cls, "version", None), str) \
-        and callable(cls.__dict__.get("__call__"))
 
 
 def _summary(cls: type) -> str:

@@ -87,6 +87,8 @@ def check_contract(path: str, params: dict | None = None, timeout_s: float = 30.
         if score_batch(module, samples, timeout_s) != result.scores:
             result.problems.append(f"{path}: two calls on the same batch gave different scores")
         score_batch(module, [], timeout_s)
+        if all(score is None for score in result.scores):
+            result.problems.append(f"{path}: scored none of the {len(samples)} fixture samples (every score None)")
     except RewardModuleError as error:
         result.problems.append(str(error))
     return result

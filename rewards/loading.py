@@ -12,9 +12,12 @@ from pathlib import Path
 from pydantic import ImportString, TypeAdapter, ValidationError
 
 from data_contracts.lineage import RewardModuleRef
+from rewards.origin import declares_reward, origin_problem
 from rewards.protocol import ComposedReward, RewardModule, RewardSample
 
 _IMPORT = TypeAdapter(ImportString)
+# A score past this is a bug (an overflow, a sentinel), not a preference: advantages would drown in it.
+MAX_ABS_SCORE = 1e6
 
 
 class RewardModuleError(RuntimeError):
@@ -22,14 +25,22 @@ class RewardModuleError(RuntimeError):
 
 
 def load_reward_module(path: str, params: dict | None = None) -> RewardModule:
-    """`package.module.Name` or `package.module:Name`; a class is instantiated with `params`."""
+    """`package.module.Name` or `package.module:Name` from an allowed origin (rewards/origin.py); a class
+    that declares itself a reward module is instantiated with `params`. Anything else is refused, naming
+    the path, before it is imported (a disallowed origin) or constructed (a class without the shape)."""
+    problem = origin_problem(path)
+    if problem is not None:
+        raise RewardModuleError(problem)
     try:
         target = _IMPORT.validate_python(path)
     except ValidationError as error:
         raise RewardModuleError(f"reward module {path!r} cannot be imported: {error.errors()[0]['msg']}") from error
-    module = target(**(params or {})) if inspect.isclass(target) else target
+    if inspect.isclass(target) and not declares_reward(target):
+        raise RewardModuleError(f"reward module {path!r} is a class that does not declare itself a reward module "
+                                "(a `name` and a `version` string and a `__call__`); it was not constructed")
     if params and not inspect.isclass(target):
         raise RewardModuleError(f"reward module {path!r} is an instance; params {sorted(params)} cannot be applied")
+    module = target(**(params or {})) if inspect.isclass(target) else target
     if not isinstance(module, RewardModule):
         raise RewardModuleError(f"reward module {path!r} is not a RewardModule: it needs `name`, `version` and __call__(samples)")
     return module
@@ -80,7 +91,11 @@ def score_batch(module: RewardModule, samples: Sequence[RewardSample], timeout_s
         if score is None:
             checked.append(None)
             continue
-        if not isinstance(score, (int, float)) or not math.isfinite(score):
-            raise RewardModuleError(f"{label} returned {score!r} for sample {index}: scores must be finite numbers or None")
+        if isinstance(score, bool) or not isinstance(score, (int, float)):
+            raise RewardModuleError(f"{label} returned {score!r} ({type(score).__name__}) for sample {index}: "
+                                    "scores must be floats or None")
+        if not math.isfinite(score) or abs(score) > MAX_ABS_SCORE:
+            raise RewardModuleError(f"{label} returned {score!r} for sample {index}: scores must be finite and "
+                                    f"within ±{MAX_ABS_SCORE:g}")
         checked.append(float(score))
     return checked

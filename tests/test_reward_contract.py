@@ -64,10 +64,11 @@ def test_every_module_in_rewards_meets_the_contract(path, request):
     fixtures = {JUDGE: "judge_params", ORM: "orm_params"}
     params = request.getfixturevalue(fixtures[path]) if path in fixtures else PARAMS.get(path)
     result = check_contract(path, params)
-    assert result.passed, result.problems
     assert len(result.scores) == len(fixture_batch())
-    if path != JUDGE:  # an untrained judge writes no score line: all None, which is the contract's answer
-        assert any(score is not None for score in result.scores), "scores none of the fixture samples"
+    if path == JUDGE:  # an untrained judge writes no verdict line: every score None, which the contract refuses
+        assert result.problems == [f"{JUDGE}: scored none of the 7 fixture samples (every score None)"]
+    else:
+        assert result.passed, result.problems
 
 
 def test_the_builtin_catalog_finds_the_verifiers_and_not_the_protocol():
@@ -126,3 +127,47 @@ def test_cli_lists_and_checks_modules(tmp_path, monkeypatch):
 
     bad_params = runner.invoke(app, ["rewards", "check", "rewards.verifiers.FormatValid", "--params", "[1]"])
     assert bad_params.exit_code == 2 and "JSON object" in bad_params.output
+
+
+class ExitsTheInterpreter:
+    """Ends the process from inside a call: in-process, the check would print nothing and exit 0."""
+
+    name, version = "exits", "1"
+
+    def __call__(self, samples):
+        import os
+
+        os._exit(0)
+
+
+class HoldsTheGil:
+    """Holds the GIL in one C call far past the timeout: no in-process timer can stop it."""
+
+    name, version = "holds_gil", "1"
+
+    def __call__(self, samples):
+        import re
+
+        re.match(r"(a+)+$", "a" * 40 + "b")  # catastrophic backtracking inside the regex engine
+        return [0.0] * len(samples)
+
+
+class NeverScores:
+    name, version = "never_scores", "1"
+
+    def __call__(self, samples):
+        return [None] * len(samples)
+
+
+def test_the_cli_check_runs_the_module_in_a_child_and_names_how_it_ended():
+    exits = runner.invoke(app, ["rewards", "check", f"{__name__}.ExitsTheInterpreter"], env={"COLUMNS": "200"})
+    assert exits.exit_code == 1 and "ended before reporting (exit code 0" in exits.output
+    hangs = runner.invoke(app, ["rewards", "check", f"{__name__}.HoldsTheGil", "--timeout-s", "1",
+                                        "--start-up-s", "6"],
+                          env={"COLUMNS": "200"})
+    assert hangs.exit_code == 1 and "did not finish within 9 s" in hangs.output
+    none = runner.invoke(app, ["rewards", "check", f"{__name__}.NeverScores"], env={"COLUMNS": "200"})
+    assert none.exit_code == 1 and "scored none of the 7 fixture samples" in none.output
+    popen = runner.invoke(app, ["rewards", "check", "subprocess.Popen", "--params", '{"args": ["touch", "pwned"]}'],
+                          env={"COLUMNS": "200"})
+    assert popen.exit_code == 1 and "not from an allowed origin" in popen.output

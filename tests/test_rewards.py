@@ -83,8 +83,43 @@ def test_modules_load_by_dotted_path_in_either_spelling():
     assert load_reward_module("tests.test_rewards:Returns", {"scores": [1.0]}).scores == [1.0]
     with pytest.raises(RewardModuleError, match="'rewards.nowhere.Thing' cannot be imported"):
         load_reward_module("rewards.nowhere.Thing")
-    with pytest.raises(RewardModuleError, match="'math.pi' is not a RewardModule"):
-        load_reward_module("math.pi")
+    with pytest.raises(RewardModuleError, match="'tests.test_rewards.PI' is not a RewardModule"):
+        load_reward_module("tests.test_rewards.PI")
+
+
+PI = 3.14159  # importable from an allowed package, and not a reward module
+BUILT: list[str] = []
+
+
+class Recorder:
+    """Has the Protocol's attributes but no `__call__`: not a reward module, so never built."""
+
+    name, version = "recorder", "1"
+
+    def __init__(self, **params):
+        BUILT.append("built")
+
+
+def test_only_reward_modules_from_allowed_origins_are_ever_built(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for path, params in [("subprocess.Popen", {"args": ["touch", "pwned"]}), ("os:system", {}),
+                         ("builtins.eval", {}), ("subprocess.run", {})]:
+        with pytest.raises(RewardModuleError, match="not from an allowed origin.*nothing was imported"):
+            load_reward_module(path, params)
+    assert not (tmp_path / "pwned").exists()
+    with pytest.raises(RewardModuleError, match="does not declare itself a reward module.*not constructed"):
+        load_reward_module("tests.test_rewards.Recorder", {"x": 1})
+    assert BUILT == []
+    with pytest.raises(RewardModuleError, match="not a dotted path"):
+        load_reward_module("Popen")
+
+
+def test_the_operator_allow_lists_further_packages(monkeypatch):
+    monkeypatch.setenv("POSTTRAIN_REWARD_PACKAGES", "")
+    with pytest.raises(RewardModuleError, match="not from an allowed origin"):
+        load_reward_module("tests.test_rewards:Returns", {"scores": [1.0]})
+    monkeypatch.setenv("POSTTRAIN_REWARD_PACKAGES", "elsewhere, tests.test_rewards")
+    assert load_reward_module("tests.test_rewards:Returns", {"scores": [1.0]}).scores == [1.0]
 
 
 def test_lineage_records_the_source_digest_of_the_module():
@@ -99,7 +134,9 @@ def test_lineage_records_the_source_digest_of_the_module():
     (Returns([1.0]), r"'returns' \(version 1\) returned 1 scores for 2 samples"),
     (Returns([1.0, math.nan]), r"returned nan for sample 1"),
     (Returns([math.inf, 1.0]), r"returned inf for sample 0"),
-    (Returns(["1", 1.0]), r"returned '1' for sample 0"),
+    (Returns(["1", 1.0]), r"returned '1' \(str\) for sample 0"),
+    (Returns([True, 0.0]), r"returned True \(bool\) for sample 0: scores must be floats"),
+    (Returns([1e308, 0.0]), r"returned 1e\+308 for sample 0: scores must be finite and within ±1e\+06"),
 ])
 def test_a_misbehaving_module_fails_the_batch_naming_itself(module, message):
     with pytest.raises(RewardModuleError, match=message):
