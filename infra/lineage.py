@@ -48,7 +48,7 @@ def load_ancestry(
         node.artifact = opener(uri)
         node.lineage = Lineage.model_validate(node.artifact.lineage())
     except (ArtifactStoreError, ValueError, OSError) as error:
-        node.error = f"{uri}: {error}"
+        node.error = str(error) if uri in str(error) else f"{uri}: {error}"
         return node
     for parent in node.lineage.parents:
         node.children.append(load_ancestry(parent.uri, opener, role=parent.role, recorded_digest=parent.digest,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from enum import StrEnum
 from pathlib import Path
 
@@ -12,6 +13,11 @@ from rich.console import Console
 from flows.params import PipelineParams
 from posttrain.model_options import model_options
 from posttrain.rewards_cli import rewards_app
+
+# Every process the CLI starts (a temporary Prefect server, the UI's server, stage jobs, engines) inherits
+# these: no analytics leave a training cluster unless its operator sets them otherwise.
+for _name, _value in (("PREFECT_SERVER_ANALYTICS_ENABLED", "false"), ("DO_NOT_TRACK", "1")):
+    os.environ.setdefault(_name, _value)
 
 app = typer.Typer(help="GLM-5-style post-training pipeline.", no_args_is_help=True, add_completion=False)
 app.add_typer(rewards_app, name="rewards")
@@ -34,8 +40,11 @@ def lineage(
         help="Re-hash every file of the artifact, its ancestors and data inputs; exit 1 naming each file that differs.",
     ),
     output_format: LineageFormat = typer.Option(LineageFormat.tree, "--format", help="tree, json, mermaid or dot."),
+    debug: bool = typer.Option(False, "--debug", help="On an error, show the traceback as well."),
 ) -> None:
     """Show the ancestry of a checkpoint: parents, teachers, data inputs, code, config and reward modules."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from infra.lineage import ancestry_dot, ancestry_json, ancestry_mermaid, load_ancestry, verify_ancestry
     from infra.store import open_artifact, open_store
     from infra.store.errors import ArtifactStoreError
@@ -43,8 +52,13 @@ def lineage(
     try:
         resolved = uri if "://" in uri else open_store().open(uri).uri
         root = load_ancestry(resolved, open_artifact)
-    except ArtifactStoreError as error:  # not committed, or an ancestor missing: the message names it
-        typer.echo(f"error: {error}", err=True)
+        if root.error:  # the artifact itself could not be read: nothing to show
+            raise ArtifactStoreError(root.error)
+    # A bad name, a missing or uncommitted artifact, an unreachable or unauthorized store: one line, exit 2.
+    except (ArtifactStoreError, ValueError, OSError, BotoCoreError, ClientError) as error:
+        if debug:
+            raise
+        typer.echo(f"error: {uri}: {error}" if uri not in str(error) else f"error: {error}", err=True)
         raise typer.Exit(2) from error
     if as_json or output_format is LineageFormat.json:
         typer.echo(json.dumps(ancestry_json(root), indent=2))

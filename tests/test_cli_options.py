@@ -23,3 +23,16 @@ def test_values_the_model_refuses_are_usage_errors_naming_the_flag():
     assert lonely_init.exit_code == 2 and "give from_stage too" in lonely_init.output
     zero = CliRunner().invoke(app, ["pipeline", "--nproc", "0"], env={"COLUMNS": "200"})
     assert zero.exit_code == 2 and "--nproc" in zero.output
+
+
+def test_prefect_analytics_are_off_in_every_process_the_cli_starts():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_SERVER_ANALYTICS_ENABLED", "DO_NOT_TRACK")}
+    probe = ("import posttrain.cli, subprocess, sys; "
+             "print(subprocess.run([sys.executable, '-c', 'from prefect.settings import get_current_settings; "
+             "print(get_current_settings().server.analytics_enabled)'], capture_output=True, text=True).stdout.strip())")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr

@@ -112,3 +112,23 @@ def test_preparing_again_names_the_same_content_addressed_artifacts(prepared_sto
     again = posttrain("prepare", "--store", str(root / "store"), "--out", str(root / "again.json"))
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads((root / "again.json").read_text()) == summary
+
+
+@pytest.mark.parametrize("name, says", [
+    ("..", "must not contain empty, '.' or '..' segments"),
+    ("/etc/passwd", "must be a non-empty relative path"),
+    ("checkpoints/../../etc", "'..' segments"),
+    ("file:///etc", "names a folder below the store root"),
+    ("s3://no-such-bucket/x", "s3://no-such-bucket/x: "),
+    ("a" * 300, "a segment is longer than 255 bytes"),
+])
+def test_every_bad_name_or_uri_is_one_line_and_a_non_zero_exit(prepared_store, name, says):
+    root, _ = prepared_store
+    env = os.environ | {"POSTTRAIN_STORE": str(root / "store"), "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
+                        "AWS_EC2_METADATA_DISABLED": "true"}
+    result = subprocess.run([POSTTRAIN, "lineage", name], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith("error: ") and says in result.stderr and result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+    debug = subprocess.run([POSTTRAIN, "lineage", name, "--debug"], capture_output=True, text=True, timeout=120, env=env)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr

@@ -12,6 +12,7 @@ SUCCESS = "_SUCCESS"
 CONTROL_FILES = frozenset({MANIFEST, LINEAGE, SUCCESS})
 
 _NAME_SEGMENT = re.compile(r"[A-Za-z0-9._=+@-]+")
+MAX_SEGMENT_BYTES = 255  # a file name's limit on every common file system
 
 
 def _segments(path: str, what: str) -> list[str]:
@@ -20,6 +21,9 @@ def _segments(path: str, what: str) -> list[str]:
     segments = path.split("/")
     if any(segment in ("", ".", "..") for segment in segments):
         raise ValueError(f"{what} {path!r} must not contain empty, '.' or '..' segments")
+    if any(len(segment.encode()) > MAX_SEGMENT_BYTES for segment in segments):
+        raise ValueError(f"{what} {path[:40]!r}...: a segment is longer than {MAX_SEGMENT_BYTES} bytes, "
+                         "which no file system stores")
     return segments
 
 
