@@ -45,20 +45,22 @@ def write_parquet(
 
 
 def read_parquet(
-    contract: Contract, path: str | os.PathLike[str], *, max_tokens: int = DEFAULT_MAX_TOKENS
+    contract: Contract, path: str | os.PathLike[str], *, max_tokens: int = DEFAULT_MAX_TOKENS,
+    source: str | None = None,
 ) -> pa.Table:
     """Read ``path`` and validate it against ``contract`` exactly as a write would.
 
     A file stamped with another contract is refused; one without a stamp (written by another
-    tool) is accepted if its schema and values pass.
+    tool) is accepted if its schema and values pass. Errors name ``source`` (e.g. the dataset's URI
+    and file), default the path.
     """
-    source = os.fspath(path)
+    source = source or os.fspath(path)
     try:
         stamp = (pq.read_schema(path).metadata or {}).get(CONTRACT_METADATA_KEY)
         if stamp is not None and stamp.decode() != contract.id:
             raise ContractError(f"file was written as {stamp.decode()}, not {contract.id}", file=source)
         table = pq.read_table(path)
-    except pa.ArrowInvalid as error:
+    except (pa.ArrowException, OSError) as error:  # a corrupt page surfaces as OSError ("Couldn't deserialize thrift")
         raise ContractError(f"not a readable Parquet file: {error}", file=source) from None
     return validate_table(contract, table, source=source, max_tokens=max_tokens)
 

@@ -22,6 +22,7 @@ def validate_table(
     lengths), then the contract's semantic checks. ``source`` names the table in errors.
     """
     require_matching_columns(contract, table, source=source)
+    require_valid_utf8(table, source=source)
     # Record batches, unlike columns, share chunk boundaries across columns, which the
     # cross-column checks (e.g. loss_mask as long as response_ids) rely on.
     batches = table.to_batches()
@@ -33,3 +34,23 @@ def validate_table(
                 raise ContractError(problem.detail, file=source, column=problem.column, row=offset + problem.row)
             offset += batch.num_rows
     return with_contract_schema(contract, table)
+
+
+def require_valid_utf8(table: pa.Table, *, source: str) -> None:
+    """Every text value is valid UTF-8 (Arrow does not check bytes handed to it as strings); the first
+    bad one is named by column and row, so it fails here and not as a bare UnicodeDecodeError later."""
+    for name in table.column_names:
+        column = table.column(name)
+        try:
+            column.validate(full=True)
+        except pa.ArrowInvalid as error:
+            raise ContractError(f"invalid data ({error})", file=source, column=name, row=_first_undecodable(column)) from None
+
+
+def _first_undecodable(column: pa.ChunkedArray) -> int | None:
+    for row in range(len(column)):
+        try:
+            column[row].as_py()
+        except (UnicodeDecodeError, pa.ArrowInvalid):
+            return row
+    return None

@@ -43,7 +43,7 @@ def load_split(datasets: list[CommittedArtifact], split: str, workdir: Path, con
         local = workdir / f"dataset-{index}"
         if not (local / f"{split}.parquet").exists():
             dataset.download(local)
-        rows += read_parquet(contract, local / f"{split}.parquet").to_pylist()
+        rows += read_parquet(contract, local / f"{split}.parquet", source=f"{dataset.uri}/{split}.parquet").to_pylist()
     return rows
 
 
