@@ -18,7 +18,7 @@ import torch
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.logprobs import next_token_logprobs
 from model.presets import load_model
-from rollout.protocol import FinishReason, GenerateRequest, SamplingParams
+from rollout.protocol import GREEDY_BELOW, FinishReason, GenerateRequest, SamplingParams
 
 
 class PromptTooLongError(ValueError):
@@ -144,7 +144,7 @@ def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, to
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row and its logprob under softmax(logits / temperature)."""
-    if params.temperature == 0:
+    if params.temperature < GREEDY_BELOW:
         logprobs = torch.log_softmax(logits, dim=-1)
         tokens = logprobs.argmax(dim=-1)
         return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)

@@ -12,11 +12,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# As SGLang does: a temperature this small samples greedily (dividing logits by it would overflow).
+GREEDY_BELOW = 1e-6
+
 
 class SamplingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    temperature: float = Field(1.0, ge=0.0, description="0 is greedy")
+    temperature: float = Field(1.0, ge=0.0, description=f"0 (or below {GREEDY_BELOW:g}) is greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(128, ge=0)
     stop_token_ids: list[int] = Field(default_factory=list)

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
+from rollout.http_errors import install_validation_errors
+
 
 @dataclass
 class TaskEntry:
@@ -116,7 +118,7 @@ class TaskRegistry:
 
 
 def registry_app(registry: TaskRegistry) -> FastAPI:
-    app = FastAPI(title="posttrain rollout orchestrator")
+    app = install_validation_errors(FastAPI(title="posttrain rollout orchestrator"))
 
     @app.post("/register")
     def register(request: RegisterRequest) -> dict:

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from infra.store import open_artifact
 from rollout.batching import RequestBatcher
 from rollout.engine import Engine, PromptTooLongError
+from rollout.http_errors import install_validation_errors
 from rollout.protocol import GenerateOutput, GenerateRequest, MetaInfo, UpdateWeightsRequest, UpdateWeightsResponse
 
 log = logging.getLogger("rollout.server")
@@ -35,7 +36,7 @@ def local_checkpoint(model_path: str, workdir: Path) -> Path:
 
 
 def build_app(engine: Engine, workdir: Path) -> FastAPI:
-    app = FastAPI(title="posttrain rollout engine")
+    app = install_validation_errors(FastAPI(title="posttrain rollout engine"))
 
     batcher = RequestBatcher(engine)
 

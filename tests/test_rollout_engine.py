@@ -1,5 +1,7 @@
 """The rollout engine as a separate HTTP process, checked against full forwards of the same model."""
 
+import json
+
 import pytest
 import requests
 import torch
@@ -124,6 +126,20 @@ def test_bad_requests_are_refused_naming_the_problem(engine, tokenizer):
     response = requests.post(f"{engine.base_url}/generate",
                              json={"input_ids": [5, 6], "sampling_params": {"temprature": 0.5}}, timeout=30)
     assert response.status_code == 422 and "temprature" in response.text
+    for field, value in (("temperature", float("nan")), ("top_p", float("nan")), ("temperature", float("inf"))):
+        body = json.dumps({"input_ids": [5, 6], "sampling_params": {field: value}})  # NaN / Infinity literals
+        response = requests.post(f"{engine.base_url}/generate", data=body, timeout=30,
+                                 headers={"content-type": "application/json"})
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"][0]["loc"] == ["body", "sampling_params", field]
+
+
+def test_a_temperature_below_the_floor_samples_greedily(engine, tokenizer):
+    batch = prompts(tokenizer, (9, 14))
+    greedy = engine.generate(batch, SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True))
+    tiny = engine.generate(batch, SamplingParams(temperature=1e-300, max_new_tokens=8, ignore_eos=True))
+    assert [s.output_ids for s in tiny] == [s.output_ids for s in greedy]
+    assert all(all(lp > -1e30 for lp in s.output_logprobs) for s in tiny)  # finite logprobs, no overflow
 
 
 def test_an_engine_that_is_down_is_named():

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from rollout.envs.catalog import load_task
 from rollout.envs.tasks import AgentTask, Episode, take_turn
+from rollout.http_errors import install_validation_errors
 
 log = logging.getLogger("rollout.envs")
 
@@ -70,7 +71,7 @@ class Latency(BaseModel):
 
 
 def build_env_app(task: AgentTask, latency: Latency | None = None) -> FastAPI:
-    app = FastAPI(title=f"posttrain {task.name} environment")
+    app = install_validation_errors(FastAPI(title=f"posttrain {task.name} environment"))
     episodes: dict[str, Episode] = {}
 
     def episode(episode_id: str) -> Episode:
