@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -25,10 +27,15 @@ from rollout.protocol import GenerateOutput, GenerateRequest, MetaInfo, UpdateWe
 log = logging.getLogger("rollout.server")
 
 
+# What an engine needs of a checkpoint: not DeepSpeed's resume state (optimizer moments, twice the model).
+NOT_SERVED = ("deepspeed/",)
+
+
 def local_checkpoint(model_path: str, workdir: Path) -> Path:
-    """A committed artifact URI is downloaded (digests checked); a local directory is used as it is."""
+    """A committed artifact URI is downloaded (digests checked, resume state left out); a local directory
+    is used as it is."""
     if "://" in model_path:
-        return open_artifact(model_path).download(workdir / model_path.rstrip("/").rsplit("/", 1)[-1])
+        return open_artifact(model_path).download(workdir / model_path.rstrip("/").rsplit("/", 1)[-1], skip=NOT_SERVED)
     path = Path(model_path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{model_path}: not a checkpoint directory (no config.json)")
@@ -71,19 +78,30 @@ def build_app(engine: Engine, workdir: Path) -> FastAPI:
             outputs.append(GenerateOutput(output_ids=completion.output_ids, meta_info=meta).model_dump())
         return JSONResponse(outputs if request.batched else outputs[0])
 
+    downloads: list[Path] = []  # the download the engine serves from, if any: only it is kept
+
     def update(request: UpdateWeightsRequest) -> UpdateWeightsResponse:
+        target = Path(tempfile.mkdtemp(dir=workdir))
         try:
-            directory = local_checkpoint(request.model_path, Path(tempfile.mkdtemp(dir=workdir)))
+            directory = local_checkpoint(request.model_path, target)
             version = engine.update_weights(directory, request.weight_version)
         except Exception as error:  # the old weights keep serving; the caller learns why
+            shutil.rmtree(target, ignore_errors=True)
             log.exception("update_weights from %s failed", request.model_path)
             raise HTTPException(status_code=400, detail=f"{request.model_path}: {error}") from error
+        for old in downloads:
+            shutil.rmtree(old, ignore_errors=True)
+        downloads[:] = [target]
         log.info("serving %s as weight version %s", request.model_path, version)
         return UpdateWeightsResponse(success=True, message=f"loaded {request.model_path}", weight_version=version)
 
     app.post("/update_weights")(update)
     app.post("/update_weights_from_disk")(update)
     return app
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -97,8 +115,15 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="posttrain-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed)
-    uvicorn.run(build_app(engine, workdir), host=args.host, port=args.port, log_level="warning")
+    # uvicorn re-raises the SIGTERM it shut down on once it is done; as an exception it unwinds through the
+    # `finally` below instead of ending the process where it stands.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed)
+        uvicorn.run(build_app(engine, workdir), host=args.host, port=args.port, log_level="warning")
+    finally:
+        if args.workdir is None:  # ours: the downloads go with the engine (SIGTERM and Ctrl-C included)
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

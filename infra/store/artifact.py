@@ -54,11 +54,14 @@ class CommittedArtifact:
         except KeyError:
             raise KeyError(f"{relpath!r} is not a file of {self.uri}") from None
 
-    def download(self, local_dir: str | Path) -> Path:
-        """Copy every file under local_dir; a file is only renamed into place once its
-        sha256 matched, so a failed download never leaves a plausible-looking file."""
+    def download(self, local_dir: str | Path, skip: tuple[str, ...] = ()) -> Path:
+        """Copy every file under local_dir (but those whose path starts with one of `skip`); a file is
+        only renamed into place once its sha256 matched, so a failed download never leaves a
+        plausible-looking file."""
         local_dir = Path(local_dir)
         for relpath, entry in self.manifest.files.items():
+            if relpath.startswith(skip):
+                continue
             target = local_dir.joinpath(*relpath.split("/"))
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(target.name + ".partial")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,11 +41,22 @@ def load_split(datasets: list[CommittedArtifact], split: str, workdir: Path, con
     """All rows of `split` across the datasets, in dataset order (deterministic), checked against `contract`."""
     rows: list[dict] = []
     for index, dataset in enumerate(datasets):
-        local = workdir / f"dataset-{index}"
-        if not (local / f"{split}.parquet").exists():
-            dataset.download(local)
+        local = download_once(dataset, workdir / f"dataset-{index}")
         rows += read_parquet(contract, local / f"{split}.parquet", source=f"{dataset.uri}/{split}.parquet").to_pylist()
     return rows
+
+
+def download_once(artifact: CommittedArtifact, local_dir: Path) -> Path:
+    """`local_dir` holding the whole artifact: downloaded beside it and renamed into place when complete,
+    so a download killed half-way is started again, never trusted (a rerun found `init/config.json`
+    without the tokenizer and failed every time)."""
+    if local_dir.exists():
+        return local_dir
+    partial = local_dir.with_name(f".{local_dir.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    artifact.download(partial)
+    os.replace(partial, local_dir)
+    return local_dir
 
 
 def seed_everything(seed: int) -> None:
@@ -66,9 +78,7 @@ def start_stage(config: StageIO) -> StageInputs | str:
         return uri
     workdir = Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id / f"rank-{dist.rank}"
     init = store.open(config.init_checkpoint)
-    init_dir = workdir / "init"
-    if not (init_dir / "config.json").exists():
-        init.download(init_dir)
+    init_dir = download_once(init, workdir / "init")
     return StageInputs(dist, events, store, workdir, init, init_dir, [store.open(uri) for uri in config.datasets])
 
 
