@@ -23,6 +23,9 @@ class EchoTask:
 
     name, tools = "echo", []
 
+    def check_row(self, reference, metadata) -> None:
+        pass
+
     def execute(self, call, episode) -> str:
         return "echo"
 

@@ -7,7 +7,7 @@ An installed package offers a task in its pyproject.toml:
     sql = "my_package.tasks:SqlTask"
 
 A stage config then names it `sql` (or `my_package.tasks.SqlTask`). Only a class with the AgentTask
-shape (`name`, `tools`, `execute`, `succeeded`) is ever constructed.
+shape (`name`, `tools`, `check_row`, `execute`, `succeeded`) is ever constructed.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def task_class(name: str) -> type:
         raise UnknownTaskError(f"unknown agent task {name!r}; known: {', '.join(known_tasks())} (or a dotted path)")
     if not (inspect.isclass(target) and _looks_like_task(target)):
         raise UnknownTaskError(f"agent task {name!r} is not an AgentTask class: it needs `name`, `tools`, "
-                               "`execute(call, episode)` and `succeeded(episode)`")
+                               "`check_row(reference, metadata)`, `execute(call, episode)` and `succeeded(episode)`")
     return target
 
 
@@ -56,4 +56,4 @@ def load_task(name: str) -> AgentTask:
 
 def _looks_like_task(cls: type) -> bool:
     return isinstance(getattr(cls, "name", None), str) and isinstance(getattr(cls, "tools", None), list) \
-        and callable(getattr(cls, "execute", None)) and callable(getattr(cls, "succeeded", None))
+        and all(callable(getattr(cls, method, None)) for method in ("check_row", "execute", "succeeded"))

@@ -30,6 +30,8 @@ def value(node):
         left, right = value(node.left), value(node.right)
         if isinstance(node.op, ast.Pow) and abs(right) > 64:
             raise ValueError("exponent too large")
+        if isinstance(node.op, ast.Pow) and right < 0:
+            raise ValueError("a negative exponent gives a fraction: integers only")
         return BINARY[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in UNARY:
         return UNARY[type(node.op)](value(node.operand))

@@ -70,14 +70,25 @@ class Latency(BaseModel):
         return random.Random(f"{episode_id}:{turn}").lognormvariate(math.log(self.median_s), self.sigma)
 
 
-def build_env_app(task: AgentTask, latency: Latency | None = None) -> FastAPI:
+def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: float = 900.0) -> FastAPI:
     app = install_validation_errors(FastAPI(title=f"posttrain {task.name} environment"))
     episodes: dict[str, Episode] = {}
 
+    touched: dict[str, float] = {}  # when each episode was last reset or stepped
+
     def episode(episode_id: str) -> Episode:
         if episode_id not in episodes:
-            raise HTTPException(status_code=404, detail=f"no episode {episode_id!r} on the {task.name} service")
+            raise HTTPException(status_code=404, detail=f"no episode {episode_id!r} on the {task.name} service "
+                                                        f"(never started, verified, or idle past {idle_ttl_s:g} s)")
+        touched[episode_id] = time.monotonic()
         return episodes[episode_id]
+
+    def expire_idle() -> None:
+        """Forget episodes nobody stepped for `idle_ttl_s`: an orchestrator that died leaves them behind."""
+        cutoff = time.monotonic() - idle_ttl_s
+        for episode_id in [e for e, at in touched.items() if at < cutoff]:
+            episodes.pop(episode_id, None)
+            touched.pop(episode_id, None)
 
     @app.get("/health")
     async def health() -> dict:
@@ -85,9 +96,15 @@ def build_env_app(task: AgentTask, latency: Latency | None = None) -> FastAPI:
 
     @app.post("/reset")
     async def reset(request: ResetRequest) -> ResetResponse:
+        expire_idle()
         if request.episode_id in episodes:
             raise HTTPException(status_code=409, detail=f"episode {request.episode_id!r} is already running")
+        try:
+            task.check_row(request.reference, request.metadata)
+        except ValueError as error:
+            raise HTTPException(status_code=422, detail=f"episode {request.episode_id!r}: {error}") from error
         episodes[request.episode_id] = Episode(request.reference, request.metadata)
+        touched[request.episode_id] = time.monotonic()
         return ResetResponse(messages=request.messages, tools=task.tools)
 
     @app.post("/step")
@@ -107,12 +124,14 @@ def build_env_app(task: AgentTask, latency: Latency | None = None) -> FastAPI:
         if not current.finished:
             raise HTTPException(status_code=409, detail=f"episode {request.episode_id!r} has not finished")
         del episodes[request.episode_id]
+        touched.pop(request.episode_id, None)
         return VerifyResponse(reward=float(task.succeeded(current)), turns=current.turns, tool_calls=current.tool_calls)
 
     @app.post("/abandon")
     async def abandon(request: EpisodeRequest) -> dict:
         """Forget an episode the orchestrator gave up on (its engine or its own time ran out)."""
         episodes.pop(request.episode_id, None)
+        touched.pop(request.episode_id, None)
         return {"abandoned": request.episode_id}
 
     return app

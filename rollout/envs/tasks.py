@@ -22,6 +22,8 @@ from suites.search import TOOLS as SEARCH_TOOLS
 from suites.search import KnowledgeGraph, build_graph
 from suites.search_tools import execute as execute_search
 
+MAX_TOOL_CALLS_PER_TURN = 4
+
 
 @dataclass
 class Episode:
@@ -43,6 +45,9 @@ class AgentTask(Protocol):
     name: str
     tools: list[dict]
 
+    def check_row(self, reference: str, metadata: Mapping) -> None:
+        """Raise ValueError naming the field when a task row cannot be played (checked at /reset)."""
+
     def execute(self, call: ToolCall, episode: Episode) -> str: ...
 
     def succeeded(self, episode: Episode) -> bool: ...
@@ -58,8 +63,12 @@ def take_turn(task: AgentTask, episode: Episode, text: str) -> StepResult:
         episode.finished = True
         episode.final_reply = turn.parsed.reply if turn.format_valid else None
         return StepResult(done=True)
-    episode.tool_calls += len(turn.parsed.tool_calls)
-    return StepResult([task.execute(call, episode) for call in turn.parsed.tool_calls])
+    calls = turn.parsed.tool_calls
+    episode.tool_calls += len(calls)
+    # Each call may be a child process (the calculator): a turn asking for many is answered for the first few.
+    refused = f"Error: at most {MAX_TOOL_CALLS_PER_TURN} tool calls per turn; this one was not run."
+    return StepResult([task.execute(call, episode) if index < MAX_TOOL_CALLS_PER_TURN else refused
+                       for index, call in enumerate(calls)])
 
 
 @lru_cache(maxsize=8)
@@ -71,6 +80,10 @@ class SearchTask:
     """Multi-hop questions over the embedded knowledge graph the row was generated on."""
 
     name, tools = "search", SEARCH_TOOLS
+
+    def check_row(self, reference: str, metadata: Mapping) -> None:
+        if type(metadata.get("graph_seed")) is not int:
+            raise ValueError("metadata.graph_seed: a search row needs the integer seed of its knowledge graph")
 
     def execute(self, call: ToolCall, episode: Episode) -> str:
         return execute_search(call, _graph(int(episode.metadata["graph_seed"])))
@@ -86,6 +99,10 @@ class CalcTask:
 
     def __init__(self, limits: SandboxLimits = SandboxLimits()):
         self.limits = limits
+
+    def check_row(self, reference: str, metadata: Mapping) -> None:
+        if not reference.lstrip("-").isdigit():
+            raise ValueError(f"reference: a calc row's answer is an integer, not {reference[:40]!r}")
 
     def execute(self, call: ToolCall, episode: Episode) -> str:
         if call.name != "calculate":
