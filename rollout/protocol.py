@@ -58,6 +58,25 @@ class GenerateRequest(BaseModel):
         return self.return_logprob and (self.logprob_start_len >= 0 or self.sampling_params.max_new_tokens == 0)
 
 
+class RequestLimits(BaseModel):
+    """What one /generate request may ask of an engine (memory grows with prompts × tokens): past either,
+    the request is a 413 naming the limit. The defaults hold the pipeline's largest requests (sampled
+    evaluation: 1,024 prompts, about 130,000 tokens) four times over."""
+
+    max_prompts: int = Field(4096, ge=1)
+    max_tokens: int = Field(524_288, ge=1, description="prompt tokens plus max_new_tokens, summed over the prompts")
+
+    def problem(self, request: GenerateRequest) -> str | None:
+        prompts = request.prompts()
+        if len(prompts) > self.max_prompts:
+            return f"input_ids: {len(prompts)} prompts; this engine takes at most {self.max_prompts} per request"
+        tokens = sum(len(prompt) for prompt in prompts) + len(prompts) * request.sampling_params.max_new_tokens
+        if tokens > self.max_tokens:
+            return (f"{tokens} tokens (prompts plus max_new_tokens for each); this engine takes at most "
+                    f"{self.max_tokens} per request")
+        return None
+
+
 class FinishReason(BaseModel):
     type: Literal["stop", "length"]
     matched: int | None = None  # the stop token, for "stop"

@@ -22,7 +22,14 @@ from infra.store import open_artifact
 from rollout.batching import RequestBatcher
 from rollout.engine import Engine, PromptTooLongError
 from rollout.http_errors import install_validation_errors
-from rollout.protocol import GenerateOutput, GenerateRequest, MetaInfo, UpdateWeightsRequest, UpdateWeightsResponse
+from rollout.protocol import (
+    GenerateOutput,
+    GenerateRequest,
+    MetaInfo,
+    RequestLimits,
+    UpdateWeightsRequest,
+    UpdateWeightsResponse,
+)
 
 log = logging.getLogger("rollout.server")
 
@@ -42,7 +49,7 @@ def local_checkpoint(model_path: str, workdir: Path) -> Path:
     return path
 
 
-def build_app(engine: Engine, workdir: Path) -> FastAPI:
+def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None) -> FastAPI:
     app = install_validation_errors(FastAPI(title="posttrain rollout engine"))
 
     batcher = RequestBatcher(engine)
@@ -58,8 +65,12 @@ def build_app(engine: Engine, workdir: Path) -> FastAPI:
         return {"model_path": engine.checkpoint_dir, "weight_version": engine.weight_version,
                 "max_context": engine.max_context}
 
+    limits = limits or RequestLimits()
+
     @app.post("/generate")
     async def generate(request: GenerateRequest):
+        if (problem := limits.problem(request)) is not None:
+            raise HTTPException(status_code=413, detail=problem)
         try:
             completions, version = await batcher.generate(request)
         except (PromptTooLongError, ValueError) as error:
@@ -111,6 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=None, help="where downloaded checkpoints go (default: a temp dir)")
+    defaults = RequestLimits()
+    parser.add_argument("--max-prompts", type=int, default=defaults.max_prompts, help="prompts per /generate request")
+    parser.add_argument("--max-request-tokens", type=int, default=defaults.max_tokens,
+                        help="prompt tokens plus max_new_tokens per /generate request")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="posttrain-engine-"))
@@ -120,7 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed)
-        uvicorn.run(build_app(engine, workdir), host=args.host, port=args.port, log_level="warning")
+        limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens)
+        uvicorn.run(build_app(engine, workdir, limits), host=args.host, port=args.port, log_level="warning")
     finally:
         if args.workdir is None:  # ours: the downloads go with the engine (SIGTERM and Ctrl-C included)
             shutil.rmtree(workdir, ignore_errors=True)

@@ -134,6 +134,15 @@ def test_bad_requests_are_refused_naming_the_problem(engine, tokenizer):
         assert response.json()["detail"][0]["loc"] == ["body", "sampling_params", field]
 
 
+def test_requests_past_the_engines_limits_are_413s_naming_the_limit(engine):
+    many = requests.post(f"{engine.base_url}/generate", timeout=60,
+                         json={"input_ids": [[5]] * 4097, "sampling_params": {"max_new_tokens": 1}})
+    assert many.status_code == 413 and "at most 4096 per request" in many.text
+    long = requests.post(f"{engine.base_url}/generate", timeout=60,
+                         json={"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 600_000}})
+    assert long.status_code == 413 and "600002 tokens" in long.text and "at most 524288" in long.text
+
+
 def test_a_temperature_below_the_floor_samples_greedily(engine, tokenizer):
     batch = prompts(tokenizer, (9, 14))
     greedy = engine.generate(batch, SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True))
