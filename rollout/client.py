@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import requests
 
+from rollout.auth import bearer_headers
 from rollout.protocol import GenerateOutput, SamplingParams
 
 
@@ -52,7 +53,8 @@ class EngineClient:
 
     def _post(self, path: str, payload: dict) -> object:
         try:
-            response = requests.post(f"{self.base_url}{path}", json=payload, timeout=self.timeout_s)
+            response = requests.post(f"{self.base_url}{path}", json=payload, timeout=self.timeout_s,
+                                     headers=bearer_headers())
         except requests.RequestException as error:
             raise EngineUnavailableError(f"rollout engine at {self.base_url} is unreachable: {error}") from error
         if response.status_code != 200:
@@ -62,7 +64,7 @@ class EngineClient:
 
     def health(self) -> dict:
         try:
-            response = requests.get(f"{self.base_url}/health", timeout=5)
+            response = requests.get(f"{self.base_url}/health", timeout=5, headers=bearer_headers())
             response.raise_for_status()
         except requests.RequestException as error:
             raise EngineUnavailableError(f"rollout engine at {self.base_url} is not healthy: {error}") from error

@@ -17,6 +17,7 @@ import httpx
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from rollout.auth import bearer_headers
 from rollout.context import OLD_RESULT_PLACEHOLDER, EpisodeContext
 from rollout.protocol import SamplingParams
 from rollout.registry import TaskRegistry
@@ -64,7 +65,7 @@ class Orchestrator:
                  settings: EpisodeSettings = EpisodeSettings(), env_timeout_s: float = 60.0):
         self.registry, self.router, self.tokenizer = registry, router, tokenizer
         self.sampling, self.settings = sampling, settings
-        self.env = httpx.AsyncClient(timeout=env_timeout_s)
+        self.env = httpx.AsyncClient(timeout=env_timeout_s, headers=bearer_headers())
         self._placeholder_cache: dict[int, list[int]] = {}
 
     async def aclose(self) -> None:

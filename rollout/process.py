@@ -11,6 +11,7 @@ from pathlib import Path
 import requests
 
 from infra.ports import free_port
+from rollout.auth import bearer_headers
 from rollout.client import EngineClient, EngineUnavailableError
 
 
@@ -45,7 +46,7 @@ class ServiceProcess:
         deadline = self._deadline
         while True:
             try:
-                requests.get(f"{self.url}/health", timeout=5).raise_for_status()
+                requests.get(f"{self.url}/health", timeout=5, headers=bearer_headers()).raise_for_status()
                 return self.url
             except requests.RequestException as error:
                 if self.process.poll() is not None or time.monotonic() > deadline:

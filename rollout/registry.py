@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
+from rollout.auth import api_key, require_api_key
 from rollout.http_errors import install_validation_errors
 
 
@@ -118,7 +119,7 @@ class TaskRegistry:
 
 
 def registry_app(registry: TaskRegistry) -> FastAPI:
-    app = install_validation_errors(FastAPI(title="posttrain rollout orchestrator"))
+    app = require_api_key(install_validation_errors(FastAPI(title="posttrain rollout orchestrator")), api_key())
 
     @app.post("/register")
     def register(request: RegisterRequest) -> dict:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from rollout.auth import bearer_headers
 from rollout.client import EngineRequestError, EngineUnavailableError, Sample, generate_payload, samples_from_answer
 from rollout.protocol import SamplingParams
 from rollout.routing import ConsistentHashRouter
@@ -42,7 +43,7 @@ class EngineRouter:
         self.replicas = {url: Replica(url, now, asyncio.Event()) for url in urls}
         self.ring = ConsistentHashRouter(urls, load_factor=load_factor)
         self.heartbeat_s, self.deadline_s, self.max_attempts = heartbeat_s, deadline_s, max_attempts
-        self.client = httpx.AsyncClient(timeout=request_timeout_s)
+        self.client = httpx.AsyncClient(timeout=request_timeout_s, headers=bearer_headers())
         self.weights: tuple[str, str] | None = None  # (checkpoint, version) every admitted replica serves
         self.requests: Counter[str] = Counter()  # generate requests answered, by replica
         self.in_flight: Counter[str] = Counter()  # generate requests sent and not yet answered, by replica

@@ -19,6 +19,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 
 from infra.store import open_artifact
+from rollout.auth import API_KEY_ENV, api_key, require_api_key
 from rollout.batching import RequestBatcher
 from rollout.engine import Engine, PromptTooLongError
 from rollout.http_errors import install_validation_errors
@@ -49,8 +50,8 @@ def local_checkpoint(model_path: str, workdir: Path) -> Path:
     return path
 
 
-def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None) -> FastAPI:
-    app = install_validation_errors(FastAPI(title="posttrain rollout engine"))
+def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None, key: str | None = None) -> FastAPI:
+    app = require_api_key(install_validation_errors(FastAPI(title="posttrain rollout engine")), key)
 
     batcher = RequestBatcher(engine)
 
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=None, help="where downloaded checkpoints go (default: a temp dir)")
+    parser.add_argument("--api-key", default=api_key(), help=f"require this bearer token on every route (default ${API_KEY_ENV})")
     defaults = RequestLimits()
     parser.add_argument("--max-prompts", type=int, default=defaults.max_prompts, help="prompts per /generate request")
     parser.add_argument("--max-request-tokens", type=int, default=defaults.max_tokens,
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed)
         limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens)
-        uvicorn.run(build_app(engine, workdir, limits), host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(build_app(engine, workdir, limits, args.api_key), host=args.host, port=args.port, log_level="warning")
     finally:
         if args.workdir is None:  # ours: the downloads go with the engine (SIGTERM and Ctrl-C included)
             shutil.rmtree(workdir, ignore_errors=True)

@@ -21,6 +21,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
+from rollout.auth import api_key, bearer_headers, require_api_key
 from rollout.envs.catalog import load_task
 from rollout.envs.tasks import AgentTask, Episode, take_turn
 from rollout.http_errors import install_validation_errors
@@ -71,7 +72,7 @@ class Latency(BaseModel):
 
 
 def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: float = 900.0) -> FastAPI:
-    app = install_validation_errors(FastAPI(title=f"posttrain {task.name} environment"))
+    app = require_api_key(install_validation_errors(FastAPI(title=f"posttrain {task.name} environment")), api_key())
     episodes: dict[str, Episode] = {}
 
     touched: dict[str, float] = {}  # when each episode was last reset or stepped
@@ -142,7 +143,8 @@ def register(orchestrator_url: str, task: str, url: str, timeout_s: float = 60.0
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            requests.post(f"{orchestrator_url}/register", json={"task": task, "url": url}, timeout=5).raise_for_status()
+            requests.post(f"{orchestrator_url}/register", json={"task": task, "url": url}, timeout=5,
+                          headers=bearer_headers()).raise_for_status()
             log.info("registered %s at %s with %s", task, url, orchestrator_url)
             return
         except requests.RequestException as error:
