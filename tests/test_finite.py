@@ -57,22 +57,18 @@ def nan_init(small_store, tmp_path_factory) -> str:
     return publish_directory(store, "checkpoints/init/nan-init", local, lineage).uri
 
 
-def test_non_finite_losses_are_skipped_up_to_the_budget_then_the_stage_stops_uncommitted(small_store, nan_init,
-                                                                                         tmp_path, monkeypatch):
+@pytest.mark.parametrize("skips, says", [
+    # Two NaN steps against a budget of one: the second stops the stage.
+    (1, "sft step 2: non-finite loss nan (2 such step(s); optimizer.nonfinite_skips allows 1)"),
+    # Every step skipped within the budget: the final commit finds the NaN weights and refuses them.
+    (100, "parameter model.norm.weight is not finite; refusing to commit it"),
+])
+def test_non_finite_steps_stop_the_stage_and_nothing_non_finite_is_committed(small_store, nan_init, tmp_path,
+                                                                               monkeypatch, skips, says):
     monkeypatch.chdir(tmp_path)
-    config = small_config(small_store, "nan-loss", init_checkpoint=nan_init,
-                          optimizer={"lr": 3e-3, "warmup_steps": 2, "nonfinite_skips": 1})
+    config = small_config(small_store, f"nan-{skips}", init_checkpoint=nan_init,
+                          optimizer={"lr": 3e-3, "warmup_steps": 2, "nonfinite_skips": skips})
     with pytest.raises(StageFailed) as failure:
         run_sft(config, tmp_path)
-    assert "sft step 2: non-finite loss nan (2 such step(s); optimizer.nonfinite_skips allows 1)" in str(failure.value)
-    assert not open_store(small_store["root"]).is_committed(config.output_name)
-
-
-def test_a_checkpoint_with_a_non_finite_parameter_is_never_committed(small_store, nan_init, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    config = small_config(small_store, "nan-params", init_checkpoint=nan_init,
-                          optimizer={"lr": 3e-3, "warmup_steps": 2, "nonfinite_skips": 100})
-    with pytest.raises(StageFailed) as failure:
-        run_sft(config, tmp_path)
-    assert "parameter model.norm.weight is not finite; refusing to commit it" in str(failure.value)
+    assert says in str(failure.value)
     assert not open_store(small_store["root"]).is_committed(config.output_name)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator
 
 from rollout.envs.catalog import task_class
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.loss import ImportanceSettings
-from stages.common.config import STRICT, OptimizerSettings, SamplingSettings, StageIO, check_warmup, fill_stage_defaults
+from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
 
 def check_tasks(tasks: list[str]) -> list[str]:
@@ -44,14 +45,8 @@ class AgenticRecipe(BaseModel):
     env_latency_sigma: float = Field(1.0, ge=0)
     checkpoint_every: int = Field(10, ge=1)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _stage_defaults(cls, data):
-        return fill_stage_defaults(cls, data)
-
-    @model_validator(mode="after")
-    def _warmup(self):
-        return check_warmup(self)
+    _stage_defaults = STAGE_DEFAULTS
+    _warmup_within_steps = WARMUP_WITHIN_STEPS
 
     @field_validator("tasks")
     @classmethod

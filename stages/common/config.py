@@ -8,19 +8,14 @@ person or a preset tunes. Both are flat pydantic models; nothing inherits furthe
 
 from __future__ import annotations
 
-from dataclasses import is_dataclass
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic_core import to_jsonable_python
+from pydantic import BaseModel, Field, model_validator
 
 from data_contracts import CHAT_V1
 from data_contracts.contract import Contract
 from rollout.protocol import SamplingParams
-
-# Every stage config and settings model: unknown fields and non-finite numbers (NaN, ±Infinity, and
-# JSON's 1e999) are refused with the field's name, before any job starts.
-STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+from stages.common.recipe import STRICT
 
 
 class Provenance(BaseModel):
@@ -102,27 +97,6 @@ class HeldoutSettings(BaseModel):
     every: int = Field(100, ge=1, description="every this many steps, and after the last")
     samples: int | None = Field(None, ge=1, description="the first this many held-out samples; default all")
     batch_size: int | None = Field(None, ge=1, description="default: the training batch size")
-
-
-def fill_stage_defaults(recipe: type[BaseModel], data):
-    """A partial nested settings value keeps the stage's defaults for what it leaves out: on SFT,
-    `optimizer={"warmup_steps": 2}` keeps SFT's lr, not OptimizerSettings' own. Each recipe runs this
-    before validating (its nested fields default to the stage's settings)."""
-    if not isinstance(data, dict):
-        return data
-    filled = dict(data)
-    for name, field in recipe.model_fields.items():
-        default = field.get_default(call_default_factory=True)
-        if isinstance(filled.get(name), dict) and (isinstance(default, BaseModel) or is_dataclass(default)):
-            filled[name] = {**to_jsonable_python(default), **filled[name]}
-    return filled
-
-
-def check_warmup(recipe):
-    """A recipe's warm-up fits in its steps (an lr that never reaches its peak is a typo, not a plan)."""
-    if recipe.optimizer.warmup_steps > recipe.max_steps:
-        raise ValueError(f"optimizer.warmup_steps {recipe.optimizer.warmup_steps} exceeds max_steps {recipe.max_steps}")
-    return recipe
 
 
 def per_rank(count: int, world_size: int, field: str) -> int:

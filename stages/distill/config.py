@@ -9,7 +9,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from data_contracts import CHAT_V1, PROMPT_V1
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.config import check_tasks
-from stages.common.config import STRICT, OptimizerSettings, SamplingSettings, StageIO, check_warmup, fill_stage_defaults
+from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 from stages.grpo.loss import IcePopSettings
 
 # The stages whose final checkpoints teach, and so how their domain is evaluated (flows/distill.py).
@@ -49,14 +50,8 @@ class DistillRecipe(BaseModel):
     engine_url: str | None = Field(None, description="A running engine for the student; default: start one here.")
     checkpoint_every: int = Field(20, ge=1)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _stage_defaults(cls, data):
-        return fill_stage_defaults(cls, data)
-
-    @model_validator(mode="after")
-    def _warmup(self):
-        return check_warmup(self)
+    _stage_defaults = STAGE_DEFAULTS
+    _warmup_within_steps = WARMUP_WITHIN_STEPS
 
 
 class DistillConfig(DistillRecipe, StageIO):

@@ -8,7 +8,8 @@ from typing import ClassVar
 from pydantic import BaseModel, Field, model_validator
 
 from data_contracts import PROMPT_V1
-from stages.common.config import STRICT, OptimizerSettings, SamplingSettings, StageIO, check_warmup, fill_stage_defaults
+from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 from stages.grpo.loss import IcePopSettings
 
 
@@ -49,14 +50,8 @@ class GrpoRecipe(BaseModel):
     engine_url: str | None = Field(None, description="A running engine (ours or SGLang); default: start one here.")
     checkpoint_every: int = Field(20, ge=1)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _stage_defaults(cls, data):
-        return fill_stage_defaults(cls, data)
-
-    @model_validator(mode="after")
-    def _warmup(self):
-        return check_warmup(self)
+    _stage_defaults = STAGE_DEFAULTS
+    _warmup_within_steps = WARMUP_WITHIN_STEPS
 
 
 # The instruct suite's rules: a reply that breaks one gets the minimum, otherwise the share met.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, Field
 
-from stages.common.config import STRICT
+from stages.common.recipe import STRICT
 
 
 class IcePopSettings(BaseModel):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from data_contracts import PREFERENCE_V1
-from stages.common.config import STRICT, HeldoutSettings, OptimizerSettings, StageIO, check_warmup, fill_stage_defaults
+from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
 
 class OrmRecipe(BaseModel):
@@ -22,14 +23,8 @@ class OrmRecipe(BaseModel):
                                      description="held-out pairwise accuracy while training")
     checkpoint_every: int = Field(100, ge=1, description="commit resume state every this many steps")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _stage_defaults(cls, data):
-        return fill_stage_defaults(cls, data)
-
-    @model_validator(mode="after")
-    def _warmup(self):
-        return check_warmup(self)
+    _stage_defaults = STAGE_DEFAULTS
+    _warmup_within_steps = WARMUP_WITHIN_STEPS
 
 
 class TrainOrmConfig(OrmRecipe, StageIO):

@@ -6,7 +6,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from stages.common.config import STRICT, HeldoutSettings, OptimizerSettings, StageIO, check_warmup, fill_stage_defaults
+from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
 ThinkingMode = Literal["interleaved", "preserved", "off"]
 
@@ -44,14 +45,8 @@ class SftRecipe(BaseModel):
     checkpoint_every: int = Field(100, ge=1, description="Commit resume state every this many steps.")
     dsa: DsaSchedule = DsaSchedule()
 
-    @model_validator(mode="before")
-    @classmethod
-    def _stage_defaults(cls, data):
-        return fill_stage_defaults(cls, data)
-
-    @model_validator(mode="after")
-    def _warmup(self):
-        return check_warmup(self)
+    _stage_defaults = STAGE_DEFAULTS
+    _warmup_within_steps = WARMUP_WITHIN_STEPS
 
     @model_validator(mode="after")
     def _check(self):
