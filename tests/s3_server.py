@@ -92,7 +92,8 @@ class FaultyProxy:
 
     Armed faults are consumed in order, one per request with the armed HTTP method:
     "slowdown" answers 503 SlowDown, "drop" reads the request and closes the
-    connection without a response.
+    connection without a response, "lost" forwards the request (it takes effect) and then
+    closes the connection without a response.
     """
 
     def __init__(self, upstream: str) -> None:
@@ -176,6 +177,9 @@ class FaultyProxy:
                     upstream.request(self.command, self.path, body=body, headers=headers)
                     response = upstream.getresponse()
                     payload = response.read()
+                    if fault == "lost":  # the request took effect, its answer never arrives
+                        self.close_connection = True
+                        return
                     self.send_response(response.status, response.reason)
                     for key, value in response.getheaders():
                         if key.lower() not in _HOP_BY_HOP and not (key.lower() == "content-length" and self.command != "HEAD"):

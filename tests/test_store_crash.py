@@ -3,10 +3,12 @@
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from infra.store import ArtifactNotCommittedError, open_store
+from infra.store.claims import ClaimRecord
 
 # Runs in a separate interpreter so SIGKILL is a real, uncatchable crash: no finally
 # blocks, no atexit, exactly what an OOM-killed trainer looks like to the store.
@@ -16,6 +18,7 @@ from infra.store import open_store
 writer = open_store(sys.argv[1]).begin(sys.argv[2])
 writer.put_bytes("weights.bin", b"first attempt" * 1000)
 writer.put_bytes("stale.bin", b"only the crashed attempt wrote this")
+writer.claim()
 writer.upload_files()
 writer.write_manifest()
 os.kill(os.getpid(), signal.SIGKILL)
@@ -41,3 +44,21 @@ def test_crash_before_success_then_retry(store_root: str) -> None:
     assert reopened.read_bytes("weights.bin") == b"second attempt" * 1000
     assert reopened.verify() == []  # the crashed attempt's stale.bin is gone
     assert store.list_committed() == [name]
+
+
+def test_a_silent_claim_from_another_machine_expires_after_its_lease(store_root: str) -> None:
+    """A writer on another host that stopped renewing its claim (crashed, partitioned) holds the
+    name only for one lease, measured by the waiting writer's own clock."""
+    store = open_store(store_root)
+    name = "checkpoints/sft/orphaned"
+    silent = ClaimRecord(writer="gone", host="another-node", pid=1, digest="0" * 64)
+    assert store.backend.create_exclusive(f"{name}/_CLAIM/00000001", silent.to_bytes())
+
+    writer = store.begin(name, lease_s=1.0)
+    writer.put_bytes("weights.bin", b"taken over")
+    started = time.monotonic()
+    committed = writer.commit({"attempt": "after the lease"})
+
+    assert 1.0 <= time.monotonic() - started < 30
+    assert committed.verify() == []
+    assert [key for key in store.backend.list_prefix(name + "/") if "_CLAIM" in key] == []

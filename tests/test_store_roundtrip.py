@@ -74,6 +74,7 @@ def test_reader_refuses_uncommitted(store_root: str) -> None:
     store = open_store(store_root)
     writer = store.begin("evals/half")
     writer.put_bytes("scores.json", b"{}")
+    writer.claim()
     writer.upload_files()
     writer.write_manifest()
     writer.write_lineage({})

@@ -2,6 +2,7 @@
 
 import logging
 import os
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -42,13 +43,38 @@ def test_upload_survives_transient_errors(
     payload.write_bytes(b"w" * 200_000)
     writer = store.begin("checkpoints/flaky")
     writer.put_file("weights.bin", payload)
+    writer.claim()
 
     faulty_proxy.fail("slowdown", "drop", "slowdown", "drop", method="PUT")
     with caplog.at_level(logging.WARNING, logger="infra.store.retry"):
-        committed = writer.commit({})
+        writer.upload_files()
+        writer.write_manifest()
+        writer.write_lineage({})
+        committed = writer.mark_success()
 
     assert faulty_proxy.injected == ["slowdown", "drop", "slowdown", "drop"]
     retries = [r.getMessage() for r in caplog.records if "transient error" in r.getMessage()]
     assert retries and all("upload" in message for message in retries)
     assert store.open("checkpoints/flaky").read_bytes("weights.bin") == payload.read_bytes()
     assert committed.verify() == []
+
+
+def test_a_claim_whose_answer_was_lost_is_still_ours(
+    s3_root: str, faulty_proxy: FaultyProxy, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The conditional create of the claim lands but its answer is lost; the retry's 412 must
+    not make the writer wait out a lease for a claim that is its own."""
+    monkeypatch.setenv("POSTTRAIN_S3_ENDPOINT_URL", faulty_proxy.url)
+    settings = S3Settings(botocore_max_attempts=1, retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, seed=3))
+    store = open_store(s3_root, s3=settings)
+    writer = store.begin("checkpoints/lost-answer", lease_s=600)
+    writer.put_bytes("weights.bin", b"w" * 1000)
+
+    faulty_proxy.fail("lost", method="PUT")
+    started = time.monotonic()
+    committed = writer.commit({})
+
+    assert faulty_proxy.injected == ["lost"]
+    assert time.monotonic() - started < 30
+    assert committed.verify() == []
+    assert store.list_committed() == ["checkpoints/lost-answer"]

@@ -9,7 +9,7 @@ from typing import Any
 from .backend import BlobBackend
 from .errors import ArtifactNotCommittedError, BlobNotFoundError, IntegrityError
 from .hashing import sha256_bytes
-from .keys import CONTROL_FILES, LINEAGE, MANIFEST, SUCCESS, join
+from .keys import CLAIMS, CONTROL_FILES, LINEAGE, MANIFEST, SUCCESS, join
 from .records import FileEntry, Manifest, SuccessMarker
 
 
@@ -90,8 +90,10 @@ class CommittedArtifact:
                         f"{relpath}: sha256 {actual} size {size}, manifest says sha256 {entry.sha256} size {entry.size}"
                     )
         expected = {self._key(path) for path in [*self.manifest.files, *CONTROL_FILES]}
+        # A writer killed between _SUCCESS and releasing its claim leaves the claim; not content.
+        claims = self._key(CLAIMS) + "/"
         for key in self._backend.list_prefix(self.name + "/"):
-            if key not in expected:
+            if key not in expected and not key.startswith(claims):
                 problems.append(f"{key[len(self.name) + 1:]}: unexpected file, not in manifest")
         return problems
 

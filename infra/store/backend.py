@@ -20,6 +20,12 @@ class BlobBackend(Protocol):
 
     def put_bytes(self, key: str, data: bytes) -> None: ...
 
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        """Store data only if key does not exist, atomically against every other writer; False
+        when it existed (with other bytes: data is unique to its writer, so finding our own bytes
+        means an earlier attempt landed). The commit protocol's claims and ``_SUCCESS`` rest on this."""
+        ...
+
     def get_bytes(self, key: str) -> bytes:
         """Raise BlobNotFoundError when the key is absent."""
         ...

@@ -1,8 +1,10 @@
 """Blob backend over a local (or network-mounted) directory.
 
-Every write goes to a temp file in the destination directory and is renamed into
-place, so a reader or a crash never sees a torn file; files and their directory are
-fsynced before the rename counts, so a durable ``_SUCCESS`` implies durable data.
+Every write goes to a temp file (named for its writer) in the destination directory and is
+renamed into place, so a reader or a crash never sees a torn file; files and their directory
+are fsynced before the rename counts, so a durable ``_SUCCESS`` implies durable data. An
+exclusive create links the temp file instead of renaming it: link(2) fails if the target
+exists, on local file systems and NFS alike.
 """
 
 import hashlib
@@ -24,7 +26,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+def _atomic_write(path: Path, write: Callable[[BinaryIO], None], exclusive: bool = False) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
@@ -32,10 +34,17 @@ def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        if exclusive:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+        else:
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
+    return True
 
 
 def _copy_hashing(source: BinaryIO, target: BinaryIO) -> tuple[str, int]:
@@ -74,6 +83,9 @@ class FileBackend:
 
     def put_bytes(self, key: str, data: bytes) -> None:
         _atomic_write(self._path(key), lambda target: target.write(data))
+
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        return _atomic_write(self._path(key), lambda target: target.write(data), exclusive=True)
 
     def get_bytes(self, key: str) -> bytes:
         try:

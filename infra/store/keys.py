@@ -9,6 +9,8 @@ import re
 MANIFEST = "manifest.json"
 LINEAGE = "lineage.json"
 SUCCESS = "_SUCCESS"
+# Writers' claims on a name while they commit it (see claims.py); never part of the content.
+CLAIMS = "_CLAIM"
 CONTROL_FILES = frozenset({MANIFEST, LINEAGE, SUCCESS})
 
 _NAME_SEGMENT = re.compile(r"[A-Za-z0-9._=+@-]+")
@@ -30,7 +32,7 @@ def _segments(path: str, what: str) -> list[str]:
 def validate_name(name: str) -> str:
     """Check an artifact name such as ``checkpoints/sft/run-1``."""
     for segment in _segments(name, "artifact name"):
-        if not _NAME_SEGMENT.fullmatch(segment) or segment == SUCCESS:
+        if not _NAME_SEGMENT.fullmatch(segment) or segment in (SUCCESS, CLAIMS):
             raise ValueError(f"artifact name {name!r}: segment {segment!r} is not allowed")
     return name
 
@@ -44,7 +46,7 @@ def validate_relpath(relpath: str) -> str:
     segments = _segments(relpath, "file path")
     if "\\" in relpath or any(ord(char) < 32 for char in relpath):
         raise ValueError(f"file path {relpath!r} contains a backslash or control character")
-    if segments[-1] == SUCCESS or relpath in CONTROL_FILES:
+    if segments[-1] == SUCCESS or segments[0] == CLAIMS or relpath in CONTROL_FILES:
         raise ValueError(f"file path {relpath!r} is reserved for the commit protocol")
     return relpath
 

@@ -16,7 +16,7 @@ from .hashing import sha256_bytes, sha256_file
 from .keys import join
 from .retry import Retrier
 from .s3_client import S3Settings
-from .s3_errors import is_not_found, is_transient
+from .s3_errors import is_not_found, is_precondition_failed, is_transient
 
 SHA256_METADATA = "sha256"
 
@@ -79,6 +79,25 @@ class S3Backend:
                 ChecksumSHA256=_b64(sha256_bytes(data)),
             ),
         )
+
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        """A conditional PUT (``If-None-Match: *``): S3 answers 412 when the key exists, and 409
+        while a concurrent conditional write of the key is in flight (retried as transient).
+        Callers' data is unique to the writer, so a 412 over our own bytes means an earlier
+        attempt landed and only its answer was lost: the key is ours."""
+        def put() -> bool:
+            try:
+                self._client.put_object(
+                    Bucket=self.bucket, Key=self._key(key), Body=data,
+                    ChecksumSHA256=_b64(sha256_bytes(data)), IfNoneMatch="*",
+                )
+            except ClientError as exc:
+                if is_precondition_failed(exc):
+                    return self.get_bytes(key) == data
+                raise
+            return True
+
+        return self._retrier.call(f"create {self.root_uri}/{key}", put)
 
     def get_bytes(self, key: str) -> bytes:
         def get() -> bytes:

@@ -5,7 +5,8 @@ from collections.abc import Iterator
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
 _TRANSIENT_CODES = frozenset(
-    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError", "ServiceUnavailable"}
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError", "ServiceUnavailable",
+     "ConditionalRequestConflict"}
 )
 _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
@@ -33,3 +34,10 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_not_found(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") in _NOT_FOUND_CODES
+
+
+def is_precondition_failed(exc: ClientError) -> bool:
+    """A conditional write lost: the key exists (If-None-Match) or changed (If-Match)."""
+    error = exc.response.get("Error", {})
+    return error.get("Code") == "PreconditionFailed" or exc.response.get("ResponseMetadata", {}).get(
+        "HTTPStatusCode") == 412

@@ -4,6 +4,7 @@ from typing import Protocol
 
 from .artifact import CommittedArtifact, load_committed
 from .backend import BlobBackend
+from .claims import DEFAULT_LEASE_S
 from .keys import SUCCESS, join, validate_name, validate_prefix
 from .writer import ArtifactWriter
 
@@ -12,7 +13,7 @@ class ArtifactStore(Protocol):
     @property
     def root_uri(self) -> str: ...
 
-    def begin(self, name: str) -> ArtifactWriter: ...
+    def begin(self, name: str, lease_s: float = DEFAULT_LEASE_S) -> ArtifactWriter: ...
 
     def open(self, uri_or_name: str) -> CommittedArtifact: ...
 
@@ -44,8 +45,9 @@ class BlobStore:
             raise ValueError(f"{uri_or_name} is not inside this store ({self.root_uri})")
         return validate_name(uri_or_name[len(root):])
 
-    def begin(self, name: str) -> ArtifactWriter:
-        return ArtifactWriter(self.backend, self._name_of(name))
+    def begin(self, name: str, lease_s: float = DEFAULT_LEASE_S) -> ArtifactWriter:
+        """A writer for `name`; `lease_s` is how long its claim outlives its last sign of life."""
+        return ArtifactWriter(self.backend, self._name_of(name), lease_s)
 
     def open(self, uri_or_name: str) -> CommittedArtifact:
         return load_committed(self.backend, self._name_of(uri_or_name))

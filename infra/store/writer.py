@@ -1,10 +1,14 @@
 """The commit protocol, written once for every backend.
 
-    upload_files -> write_manifest -> write_lineage -> mark_success
+    claim -> upload_files -> write_manifest -> write_lineage -> mark_success
 
-``_SUCCESS`` is written last and readers ignore anything without it, so a crash at
-any step leaves an invisible partial upload that the next commit simply replaces.
-The steps are public so tests (and operators) can stop between any two of them.
+Only the holder of the name's claim writes under it (claims.py), so two writers never mix
+their files, and ``_SUCCESS`` is created exclusively, so there is never a second one. A writer
+that finds the name claimed waits for the holder: when the holder commits the same content it
+returns that artifact, different content is an ArtifactExistsError; when the holder dies it
+takes over. ``_SUCCESS`` is written last and readers ignore anything without it, so a crash at
+any step leaves an invisible partial upload that the next commit simply replaces. The steps
+are public so tests (and operators) can stop between any two of them.
 """
 
 from pathlib import Path
@@ -12,18 +16,21 @@ from typing import Any
 
 from .artifact import CommittedArtifact, load_committed
 from .backend import BlobBackend
-from .errors import ArtifactExistsError, ArtifactNotCommittedError, ArtifactStoreError
+from .claims import DEFAULT_LEASE_S, HeldClaim, acquire
+from .errors import ArtifactExistsError, ArtifactStoreError
 from .hashing import sha256_bytes, sha256_file
-from .keys import LINEAGE, MANIFEST, SUCCESS, ancestors, join, validate_name, validate_relpath
+from .keys import CLAIMS, LINEAGE, MANIFEST, SUCCESS, ancestors, join, validate_name, validate_relpath
 from .records import FileEntry, Manifest, SuccessMarker, encode_lineage
 
-_STEPS = ("upload_files", "write_manifest", "write_lineage", "mark_success")
+_STEPS = ("claim", "upload_files", "write_manifest", "write_lineage", "mark_success")
 
 
 class ArtifactWriter:
-    def __init__(self, backend: BlobBackend, name: str) -> None:
+    def __init__(self, backend: BlobBackend, name: str, lease_s: float = DEFAULT_LEASE_S) -> None:
         self._backend = backend
         self.name = validate_name(name)
+        self._lease_s = lease_s
+        self._claim: HeldClaim | None = None
         self._staged: dict[str, Path | bytes] = {}
         self._manifest: Manifest | None = None
         self._lineage_sha256: str | None = None
@@ -76,17 +83,24 @@ class ArtifactWriter:
     # -- commit ---------------------------------------------------------------
 
     def commit(self, lineage: bytes | dict[str, Any]) -> CommittedArtifact:
-        """Run all four steps. If the name is already committed with the same digest this
-        is a no-op returning the existing artifact (its lineage is kept); a different
-        digest raises ArtifactExistsError."""
+        """Run all five steps. If the name is (or gets, while we wait for another writer)
+        committed with the same digest, return that artifact (its lineage is kept); a
+        different digest raises ArtifactExistsError."""
         lineage_bytes = encode_lineage(lineage)
+        committed = self.claim()
+        if committed is not None:
+            return committed
         try:
-            existing = load_committed(self._backend, self.name)
-        except ArtifactNotCommittedError:
             self.upload_files()
             self.write_manifest()
             self.write_lineage(lineage_bytes)
             return self.mark_success()
+        except BaseException:
+            self._release()
+            raise
+
+    def _committed_as_ours(self) -> CommittedArtifact:
+        existing = load_committed(self._backend, self.name)
         if existing.digest != self.manifest().digest:
             raise self._exists_error(existing.digest)
         return existing
@@ -103,14 +117,41 @@ class ArtifactWriter:
         if step != expected:
             raise ArtifactStoreError(f"{self.uri}: commit step {step} called, expected {expected}")
 
+    def claim(self) -> CommittedArtifact | None:
+        """Hold the name, waiting while another live writer holds it. None when we hold it;
+        the committed artifact when the name got committed with our digest meanwhile."""
+        self._expect("claim")
+        self._claim = acquire(self._backend, self.name, self.manifest().digest, self._lease_s)
+        if self._claim is None:
+            return self._committed_as_ours()
+        if self._backend.exists(self._key(SUCCESS)):  # committed between the wait and our claim
+            self._release()
+            return self._committed_as_ours()
+        self._done += 1
+        return None
+
+    def _release(self) -> None:
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
+
+    def _check_still_held(self, step: str) -> None:
+        assert self._claim is not None  # guaranteed by the step order
+        if not self._claim.still_held():
+            raise ArtifactStoreError(
+                f"{self.uri}: our claim lapsed before {step} (this writer was silent longer than the "
+                f"{self._lease_s:.0f}s lease) and another writer took the name over"
+            )
+
     def upload_files(self) -> None:
         self._expect("upload_files")
-        if self._backend.exists(self._key(SUCCESS)):
-            raise self._exists_error(load_committed(self._backend, self.name).digest)
-        present = self._backend.list_prefix(self.name + "/")
+        self._check_still_held("upload_files")
+        present = [key for key in self._backend.list_prefix(self.name + "/")
+                   if not key.startswith(join(self.name, CLAIMS) + "/")]
         self._check_not_nested(present)
         manifest = self.manifest()
-        # Leftovers of an interrupted attempt would show up as unexpected files.
+        # Leftovers of an interrupted attempt (whose writer is gone: we hold the claim) would
+        # show up as unexpected files.
         for key in present:
             if key[len(self.name) + 1:] not in manifest.files:
                 self._backend.delete(key)
@@ -148,7 +189,11 @@ class ArtifactWriter:
     def mark_success(self) -> CommittedArtifact:
         self._expect("mark_success")
         assert self._lineage_sha256 is not None  # guaranteed by the step order
+        self._check_still_held("mark_success")
         marker = SuccessMarker(self.manifest().digest, self._lineage_sha256)
-        self._backend.put_bytes(self._key(SUCCESS), marker.to_bytes())
+        created = self._backend.create_exclusive(self._key(SUCCESS), marker.to_bytes())
+        self._release()
         self._done += 1
+        if not created:  # only if our claim lapsed between the check and the create
+            return self._committed_as_ours()
         return CommittedArtifact(self._backend, self.name, marker, self.manifest())

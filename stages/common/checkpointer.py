@@ -31,6 +31,10 @@ from stages.common.distributed import barrier
 from stages.common.finite import check_finite_parameters
 from stages.common.inputs import StageInputs
 
+# Wall-clock measurements (seconds, rates: every key ending in `_s`) and how requests happened to spread
+# over replicas differ between two runs of one config. They are left out of the checkpoint's files, so
+# identical training gives an identical digest (and a rerun dedupes); the event stream still has them.
+VOLATILE_METRICS = ("replicas",)
 DEEPSPEED_DIR = "deepspeed"
 TRAINER_STATE = "trainer_state.json"
 METRICS = "metrics.jsonl"
@@ -55,6 +59,10 @@ def commit(store: ArtifactStore, name: str, local_dir: Path, lineage: Lineage, i
     uri = publish_directory(store, name, local_dir, lineage).uri if is_main else None
     barrier()
     return uri
+
+
+def stable_metrics(record: dict) -> dict:
+    return {key: value for key, value in record.items() if not key.endswith("_s") and key not in VOLATILE_METRICS}
 
 
 def step_artifact_name(prefix: str, step: int) -> str:
@@ -169,9 +177,10 @@ class StageCheckpointer:
         config, stage = self.config, self.stage
         check_finite_parameters(self.model, f"{config.stage_name} {config.run_id} step {step}")
         local = stage.workdir.parent / "commit" / f"step-{step}"
-        save_local(self.engine, self.model, self.tokenizer, local, step, {"history": self.history}, stage.dist.is_main)
+        history = [stable_metrics(record) for record in self.history]
+        save_local(self.engine, self.model, self.tokenizer, local, step, {"history": history}, stage.dist.is_main)
         if stage.dist.is_main:
-            (local / METRICS).write_text("".join(json.dumps(record) + "\n" for record in self.history))
+            (local / METRICS).write_text("".join(json.dumps(record) + "\n" for record in history))
         lineage = stage_lineage(
             name=f"{config.stage_name} {config.run_id} step {step}", config=config.model_dump(mode="json"),
             seed=config.seed, init=stage.init,
