@@ -111,6 +111,7 @@ def with_shared_engine(stack: ExitStack, config, nproc: int):
     """
     if config.engine_url or nproc != 1 or open_store(config.store).is_committed(config.output_name):
         return config
+    # The stage's job pushes its weights inside its own scratch folder, under the stage's.
     engine = stack.enter_context(EngineProcess(config.init_checkpoint, stage_workdir(config) / "engine.log",
-                                               seed=config.seed))
+                                               seed=config.seed, weights_dirs=[stage_workdir(config)]))
     return config.model_copy(update={"engine_url": engine.base_url})

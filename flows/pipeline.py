@@ -9,6 +9,7 @@ trunk, distillation's teachers) is read from that checkpoint's lineage.
 
 from __future__ import annotations
 
+import secrets
 import tempfile
 import time
 from dataclasses import replace
@@ -152,12 +153,13 @@ def latest(outputs: dict[str, str], before: str) -> str:
 @flow(name="pipeline", log_prints=True)
 def pipeline(params: PipelineParams) -> dict:
     started = time.monotonic()
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{params.preset}-s{params.seed}"
+    # The random tail keeps two runs started in one second (two pipelines on one store) apart.
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{params.preset}-s{params.seed}-{secrets.token_hex(2)}"
     preset = get_preset(params.preset)
     prepared = prepare_data(params)
     outputs = starting_outputs(params, prepared)
-    first = STAGES.index(params.from_stage or "sft")
-    runs = {name: STAGES.index(name) >= first for name in STAGES}
+    first, last = STAGES.index(params.from_stage or "sft"), STAGES.index(params.to_stage or "distill")
+    runs = {name: first <= STAGES.index(name) <= last for name in STAGES}
     stages, histories, extra_columns = [], {}, {}
 
     def finished(name: str, result: dict, stage_started: float) -> None:
@@ -224,6 +226,7 @@ def pipeline(params: PipelineParams) -> dict:
         extra_columns["distill"] = {"teacher": result["teacher_scores"]}
 
     summary = {"run_id": run_id, "preset": params.preset, "seed": params.seed, "from_stage": params.from_stage,
+               "to_stage": params.to_stage,
                "wall_s": round(time.monotonic() - started, 1), "stages": stages}
     report = write_report(Path(params.reports_dir) / run_id, summary, histories, extra_columns)
     return {**summary, "report": str(report)}

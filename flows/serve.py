@@ -18,6 +18,7 @@ from flows.pipeline import pipeline
 from flows.reasoning_rl import reasoning_rl
 from flows.sft import sft
 from flows.train_orm import train_orm
+from infra.lifetime import exit_with_owner
 
 FLOWS = {flow.name: flow for flow in (sft, reasoning_rl, agentic_rl, train_orm, general_rl, distill, pipeline)}
 
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", default=sorted(FLOWS), help="flows to deploy (default: all)")
     parser.add_argument("--limit", type=int, default=None, help="most flow runs at once")
     args = parser.parse_args(argv)
+    exit_with_owner()
     serve_deployments(args.only, args.limit)
 
 

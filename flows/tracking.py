@@ -8,6 +8,7 @@ which the checkpoint's lineage records as its `wandb_run`, so either one leads t
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import tempfile
@@ -29,6 +30,14 @@ def track_stage(stage: str, config: StageIO, history: list[dict], before: dict[s
     import wandb  # imported here: a flow that never trains does not pay for it
 
     workdir.mkdir(parents=True, exist_ok=True)
+    # One run id is one writer at a time: two pipelines that trained the same stage run take turns.
+    with open(workdir / ".wandb.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _write_run(wandb, stage, config, history, before, after, checkpoint, lineage, workdir)
+
+
+def _write_run(wandb, stage: str, config: StageIO, history: list[dict], before: dict[str, float],
+               after: dict[str, float], checkpoint: str, lineage: Lineage, workdir: Path) -> str:
     run = wandb.init(project=PROJECT, id=wandb_run_id(config), name=config.run_id, job_type=stage, dir=str(workdir),
                      mode=os.environ.get("WANDB_MODE", "offline"), config=config.model_dump(mode="json"),
                      resume="allow", reinit="finish_previous")

@@ -15,6 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.lifetime import child_environment
+from infra.scratch import owned_dir
+
+# The job's scratch folder, for its ranks (stages/common/inputs.py).
+JOB_DIR_ENV = "POSTTRAIN_JOB_DIR"
+JOB_PREFIX = "job-"
+
 
 class StageFailed(RuntimeError):
     def __init__(self, module: str, returncode: int, tail: list[str]):
@@ -34,7 +41,7 @@ class LocalLauncher:
                 "-m", module, "--config", str(config_path)]
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = child_environment()  # the job's ranks stop when this process is gone
         threads = self.threads_per_proc or max(1, (os.cpu_count() or 1) // self.nproc)
         # Several ranks on one CPU must not each spawn a thread per core.
         env.setdefault("OMP_NUM_THREADS", str(threads))
@@ -48,14 +55,19 @@ class LocalLauncher:
         return env
 
     def run(self, module: str, config_path: Path, on_line: Callable[[str], None], cwd: Path | None = None) -> None:
+        """Run the job to its end. Its scratch folder (downloads, local checkpoints, weight pushes) beside
+        `config_path` is private to this launch, so two launches of one config (two pipelines on one store)
+        never share files; it goes when the job ends, or with the next launch once this one is gone."""
         tail: list[str] = []
-        with subprocess.Popen(self.command(module, config_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, bufsize=1, env=self.environment(), cwd=cwd) as process:
-            for line in process.stdout:
-                line = line.rstrip("\n")
-                tail = (tail + [line])[-40:]
-                on_line(line)
-            returncode = process.wait()
+        with owned_dir(config_path.parent, JOB_PREFIX) as scratch:
+            env = {**self.environment(), JOB_DIR_ENV: str(scratch)}
+            with subprocess.Popen(self.command(module, config_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, bufsize=1, env=env, cwd=cwd) as process:
+                for line in process.stdout:
+                    line = line.rstrip("\n")
+                    tail = (tail + [line])[-40:]
+                    on_line(line)
+                returncode = process.wait()
         if returncode != 0:
             raise StageFailed(module, returncode, tail)
 

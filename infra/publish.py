@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 
 from data_contracts.lineage import DataInput, Lineage, ParentRef
-from infra.store import ArtifactStore, CommittedArtifact, sha256_file
+from infra.store import ArtifactExistsError, ArtifactStore, CommittedArtifact, sha256_file
+
+log = logging.getLogger(__name__)
 
 
 def content_digest(local_dir: str | Path) -> str:
@@ -23,6 +26,18 @@ def publish_directory(store: ArtifactStore, name: str, local_dir: str | Path, li
     writer = store.begin(name)
     writer.put_dir(local_dir)
     return writer.commit(lineage.to_bytes())
+
+
+def publish_for_inputs(store: ArtifactStore, name: str, local_dir: str | Path, lineage: Lineage) -> CommittedArtifact:
+    """`publish_directory` for a name that stands for its inputs (a stage's config, inputs and code; an
+    evaluation's checkpoint and settings). When another run of the same inputs committed the name first with
+    other bytes (an asynchronous stage, an evaluation's timestamps), that artifact stands and is returned:
+    two pipelines sharing a store then go on from the same one."""
+    try:
+        return publish_directory(store, name, local_dir, lineage)
+    except ArtifactExistsError as error:
+        log.warning("%s; another run of the same inputs committed it first, so that one stands", error)
+        return store.open(name)
 
 
 def parent_ref(artifact: CommittedArtifact, role: str) -> ParentRef:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from enum import StrEnum
 from pathlib import Path
@@ -49,6 +50,8 @@ def lineage(
     from infra.store import open_artifact, open_store
     from infra.store.errors import ArtifactStoreError
 
+    if not debug:  # an unreachable store is retried for seconds; the one line after says why it failed
+        logging.getLogger("infra.store.retry").setLevel(logging.ERROR)
     try:
         resolved = uri if "://" in uri else open_store().open(uri).uri
         root = load_ancestry(resolved, open_artifact)
@@ -116,8 +119,14 @@ def pipeline(params: PipelineParams) -> None:
 
     Stages whose output is committed are skipped; a stage that failed resumes from its last committed step."""
     from flows.pipeline import pipeline as pipeline_flow
+    from infra.launch import JOB_PREFIX
+    from infra.scratch import private_temp, sweep
+    from posttrain.ui import prefect_api
 
-    summary = pipeline_flow(params)
+    workdir = Path(os.environ.get("POSTTRAIN_WORKDIR", "runs"))
+    sweep(workdir.glob(f"*/{JOB_PREFIX}*"))  # scratch of stage jobs a killed run left behind
+    with private_temp(), prefect_api(workdir):
+        summary = pipeline_flow(params)
     typer.echo(f"report: {summary['report']}")
 
 
@@ -127,10 +136,14 @@ def ui(
     port: int = typer.Option(4200, help="Port of the Prefect server and its UI."),
     only: list[str] = typer.Option(None, "--only", help="Deploy only these flows (default: every stage and the pipeline)."),
     logs: Path = typer.Option(Path("runs/ui"), help="Where the server's and the deployments' logs go."),
+    auth_string: str = typer.Option(None, envvar="PREFECT_SERVER_API_AUTH_STRING", show_default=False,
+                                    help="user:password the API and the UI require (HTTP basic auth); "
+                                         "needed when --host is not a loopback address."),
 ) -> None:
     """Start a local Prefect server and serve every stage and the pipeline as deployments: trigger a run
     from the UI's Run form, watch its progress, read its metrics and lineage (runbooks/trigger-a-stage-from-the-ui.md)."""
     from flows.serve import FLOWS
+    from infra.scratch import private_temp
     from posttrain.ui import UiError, serve_ui
 
     flows = only or sorted(FLOWS)
@@ -142,7 +155,9 @@ def ui(
         console.print(f"Prefect UI: [bold]{url}[/bold]  (deployments: {', '.join(flows)}; Ctrl-C stops)")
 
     try:
-        raise typer.Exit(serve_ui(host, port, flows, logs, ready))
+        with private_temp():
+            code = serve_ui(host, port, flows, logs, ready, auth_string=auth_string)
+        raise typer.Exit(code)
     except UiError as error:
         typer.echo(f"posttrain ui: {error}", err=True)
         raise typer.Exit(1) from error

@@ -7,15 +7,20 @@ lead creates from the UI's Run form. Ctrl-C stops both.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
+
+from infra.lifetime import child_environment, die_with_parent
+from infra.ports import free_port
 
 
 class UiError(RuntimeError):
@@ -23,9 +28,12 @@ class UiError(RuntimeError):
 
 
 def start_logged(argv: list[str], env: dict, log_path: Path) -> subprocess.Popen:
+    """A child that stops when this process ends, however it ends (the Prefect server is not our code,
+    so the kernel's parent-death signal; our own children also watch us themselves)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
-        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, env=child_environment(env), stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent)
 
 
 def wait_for_api(api: str, server: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
@@ -43,8 +51,14 @@ def wait_for_api(api: str, server: subprocess.Popen, log_path: Path, timeout_s: 
 
 
 def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Callable[[str], None],
-             startup_timeout_s: float = 120.0) -> int:
-    """Run the server and the deployments until interrupted or until either exits; returns an exit code."""
+             startup_timeout_s: float = 120.0, auth_string: str | None = None) -> int:
+    """Run the server and the deployments until interrupted or until either exits; returns an exit code.
+
+    With `auth_string` ("user:password") every API route but the health check takes HTTP basic auth
+    (Prefect's own `server.api.auth_string`; the UI asks for it once), and the deployments send it."""
+    if not _is_loopback(host) and not auth_string:
+        raise UiError(f"--host {host} exposes the Prefect API beyond this machine: set --auth-string "
+                      "(or PREFECT_SERVER_API_AUTH_STRING) so that it takes a password")
     # Ctrl-C and SIGTERM stop the command even where it was started with SIGINT ignored (a shell's
     # background job), which would leave Python without its KeyboardInterrupt handler.
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
@@ -52,6 +66,8 @@ def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Ca
     api = f"http://{host}:{port}/api"
     env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_UI_API_URL": api, "PREFECT_SERVER_API_HOST": host,
            "PREFECT_SERVER_API_PORT": str(port)}
+    if auth_string:
+        env |= {"PREFECT_SERVER_API_AUTH_STRING": auth_string, "PREFECT_API_AUTH_STRING": auth_string}
     prefect = str(Path(sys.executable).with_name("prefect"))
     server_log, serve_log = log_dir / "prefect-server.log", log_dir / "deployments.log"
     server = start_logged([prefect, "server", "start", "--host", host, "--port", str(port)], env, server_log)
@@ -68,6 +84,56 @@ def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Ca
         return 0
     finally:
         stop_all([p for p in (deployments, server) if p is not None])
+
+
+@contextmanager
+def prefect_api(log_dir: Path, startup_timeout_s: float = 120.0) -> Iterator[None]:
+    """The Prefect API a CLI command runs its flows against: `PREFECT_API_URL` when set, else a server of
+    our own on a free loopback port for the command's lifetime. Prefect's own temporary server would do,
+    but it is Prefect's child, not ours, and outlived a killed pipeline every time; this one is the same
+    app (Prefect's server factory under uvicorn, without the UI) started as a child that dies with us."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+    if PREFECT_API_URL.value():
+        yield
+        return
+    import prefect
+
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    log_path = log_dir / "prefect-server.log"
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1"}
+    home = Path(PREFECT_HOME.value())
+    home.mkdir(parents=True, exist_ok=True)
+    server = None
+    try:
+        # Two commands starting servers on one database (two pipelines on one machine) would migrate a new
+        # database at once and one would die on "duplicate column": they start one after the other.
+        with open(home / ".posttrain-server-start.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            server = start_logged([sys.executable, "-m", "uvicorn", "--app-dir",
+                                   str(Path(prefect.__file__).parent.parent), "--factory",
+                                   "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+                                   "--log-level", "error", "--lifespan", "on"], env, log_path)
+            wait_for_api(api, server, log_path, startup_timeout_s)
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            try:
+                yield
+            finally:
+                from prefect.logging.handlers import APILogWorker
+
+                APILogWorker.drain_all(timeout=10)  # the run's last log lines, before their server goes
+    finally:
+        stop_all([server] if server is not None else [])
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _interrupt(signum, frame) -> None:

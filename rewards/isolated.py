@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from infra.lifetime import child_environment, exit_with_owner
 from rewards.contract import ContractResult, check_contract
 
 # Importing what a module needs (torch, a checkpoint) before its first call may take this long.
@@ -31,7 +32,7 @@ def check_contract_isolated(path: str, params: dict | None = None, timeout_s: fl
         command = [sys.executable, "-m", "rewards.isolated", "--path", path, "--params", json.dumps(params or {}),
                    "--timeout-s", str(timeout_s), "--out", str(out)]
         # The child sees the modules this process sees (a test's or a notebook's sys.path included).
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        env = {**child_environment(), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  start_new_session=True)
         try:
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout-s", type=float, default=30.0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    exit_with_owner()
     result = check_contract(args.path, json.loads(args.params), args.timeout_s)
     args.out.write_text(json.dumps(asdict(result)))
 

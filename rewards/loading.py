@@ -24,10 +24,11 @@ class RewardModuleError(RuntimeError):
     pass
 
 
-def load_reward_module(path: str, params: dict | None = None) -> RewardModule:
-    """`package.module.Name` or `package.module:Name` from an allowed origin (rewards/origin.py); a class
-    that declares itself a reward module is instantiated with `params`. Anything else is refused, naming
-    the path, before it is imported (a disallowed origin) or constructed (a class without the shape)."""
+def resolve_reward_target(path: str) -> object:
+    """What `path` names — `package.module.Name` or `package.module:Name` from an allowed origin
+    (rewards/origin.py), and if a class, one that declares itself a reward module — without constructing
+    anything. Refused naming the path before it is imported (a disallowed origin) or constructed (a class
+    without the shape). Configs call it when they are validated, trainers again when they load."""
     problem = origin_problem(path)
     if problem is not None:
         raise RewardModuleError(problem)
@@ -38,9 +39,19 @@ def load_reward_module(path: str, params: dict | None = None) -> RewardModule:
     if inspect.isclass(target) and not declares_reward(target):
         raise RewardModuleError(f"reward module {path!r} is a class that does not declare itself a reward module "
                                 "(a `name` and a `version` string and a `__call__`); it was not constructed")
+    return target
+
+
+def load_reward_module(path: str, params: dict | None = None) -> RewardModule:
+    """The reward module `path` names (`resolve_reward_target`), a class instantiated with `params`."""
+    target = resolve_reward_target(path)
     if params and not inspect.isclass(target):
         raise RewardModuleError(f"reward module {path!r} is an instance; params {sorted(params)} cannot be applied")
-    module = target(**(params or {})) if inspect.isclass(target) else target
+    try:
+        module = target(**(params or {})) if inspect.isclass(target) else target
+    except TypeError as error:  # params it does not take: name them, not only the class
+        raise RewardModuleError(f"reward module {path!r} cannot be built with params {sorted(params or {})}: "
+                                f"{error}") from error
     if not isinstance(module, RewardModule):
         raise RewardModuleError(f"reward module {path!r} is not a RewardModule: it needs `name`, `version` and __call__(samples)")
     return module

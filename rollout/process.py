@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
 import requests
 
+from infra.lifetime import child_environment
 from infra.ports import free_port
 from rollout.auth import bearer_headers
 from rollout.client import EngineClient, EngineUnavailableError
@@ -37,7 +42,7 @@ class ServiceProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", self.module, *self.args, "--host", self.host, "--port", str(port)],
-                stdout=log, stderr=subprocess.STDOUT,
+                stdout=log, stderr=subprocess.STDOUT, env=child_environment(),
             )
         self._deadline = time.monotonic() + self.startup_timeout_s
 
@@ -75,25 +80,40 @@ class EngineProcess:
     """`with EngineProcess(uri, log_path) as client:` serves `uri` until the block ends."""
 
     def __init__(self, checkpoint: str, log_path: Path, *, seed: int = 0, host: str = "127.0.0.1",
-                 startup_timeout_s: float = 120.0):
-        self.service = ServiceProcess("rollout.server", ["--checkpoint", checkpoint, "--seed", str(seed)], log_path,
-                                      host=host, startup_timeout_s=startup_timeout_s)
+                 startup_timeout_s: float = 120.0, weights_dirs: Sequence[Path] = ()):
+        """`weights_dirs`: the local folders its `update_weights` may load from (where a trainer pushes)."""
+        args = ["--checkpoint", checkpoint, "--seed", str(seed)]
+        for folder in weights_dirs:
+            args += ["--weights-dir", str(folder)]
+        self.service = ServiceProcess("rollout.server", args, log_path, host=host, startup_timeout_s=startup_timeout_s)
+        self.downloads: Path | None = None
 
     @property
     def url(self) -> str:
         return self.service.url
 
     def start(self) -> EngineClient:
-        return EngineClient(self.service.start())
+        self.launch()
+        return self.wait_ready()
 
     def launch(self) -> None:
+        # The engine removes its downloads folder when it exits; naming it here lets stop() remove it
+        # also after a SIGKILL, when the engine could not.
+        self.downloads = Path(tempfile.gettempdir()) / f"posttrain-engine-{uuid.uuid4().hex}"
+        self.service.args = [*self.service.args, "--workdir", str(self.downloads)]
         self.service.launch()
 
     def wait_ready(self) -> EngineClient:
-        return EngineClient(self.service.wait_ready())
+        try:
+            return EngineClient(self.service.wait_ready())
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         self.service.stop()
+        if self.downloads is not None:
+            shutil.rmtree(self.downloads, ignore_errors=True)
 
     def __enter__(self) -> EngineClient:
         return self.start()

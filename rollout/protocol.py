@@ -65,6 +65,7 @@ class RequestLimits(BaseModel):
 
     max_prompts: int = Field(4096, ge=1)
     max_tokens: int = Field(524_288, ge=1, description="prompt tokens plus max_new_tokens, summed over the prompts")
+    max_in_flight: int = Field(1024, ge=1, description="requests queued or generating at once; past it, a 429")
 
     def problem(self, request: GenerateRequest) -> str | None:
         prompts = request.prompts()

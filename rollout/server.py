@@ -2,7 +2,9 @@
 
 Endpoints (SGLang's native names and shapes): `POST /generate`, `POST /update_weights` (also as
 `/update_weights_from_disk`), `GET /health`, `GET /get_model_info`. Bad input is a 400 naming the
-field; a checkpoint that cannot be loaded leaves the served weights as they were.
+field; a checkpoint that cannot be loaded leaves the served weights as they were, and one that is not
+the served architecture, not from a store or a `--weights-dir`, or too large for the memory left is
+refused before loading (rollout/weight_updates.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 
+from infra.lifetime import exit_with_owner
 from infra.store import open_artifact
 from rollout.auth import API_KEY_ENV, api_key, require_api_key
 from rollout.batching import RequestBatcher
@@ -31,6 +34,7 @@ from rollout.protocol import (
     UpdateWeightsRequest,
     UpdateWeightsResponse,
 )
+from rollout.weight_updates import UpdateRefused, available_memory, check_architecture, check_memory, inspect
 
 log = logging.getLogger("rollout.server")
 
@@ -50,7 +54,8 @@ def local_checkpoint(model_path: str, workdir: Path) -> Path:
     return path
 
 
-def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None, key: str | None = None) -> FastAPI:
+def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None, key: str | None = None,
+              weights_dirs: tuple[Path, ...] = ()) -> FastAPI:
     app = require_api_key(install_validation_errors(FastAPI(title="posttrain rollout engine")), key)
 
     batcher = RequestBatcher(engine)
@@ -67,15 +72,22 @@ def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None
                 "max_context": engine.max_context}
 
     limits = limits or RequestLimits()
+    in_flight = [0]  # requests past the checks and not yet answered (one event loop: no lock needed)
 
     @app.post("/generate")
     async def generate(request: GenerateRequest):
         if (problem := limits.problem(request)) is not None:
             raise HTTPException(status_code=413, detail=problem)
+        if in_flight[0] >= limits.max_in_flight:
+            raise HTTPException(status_code=429, detail=f"{in_flight[0]} requests in flight; this engine takes at "
+                                                        f"most {limits.max_in_flight} at once (--max-in-flight)")
+        in_flight[0] += 1
         try:
             completions, version = await batcher.generate(request)
         except (PromptTooLongError, ValueError) as error:
             raise HTTPException(status_code=400, detail=str(error)) from error
+        finally:
+            in_flight[0] -= 1
         outputs = []
         for completion, prompt in zip(completions, request.prompts(), strict=True):
             meta = MetaInfo(
@@ -93,6 +105,14 @@ def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None
     downloads: list[Path] = []  # the download the engine serves from, if any: only it is kept
 
     def update(request: UpdateWeightsRequest) -> UpdateWeightsResponse:
+        try:
+            incoming = inspect(request.model_path, list(weights_dirs), NOT_SERVED)
+            check_architecture(request.model_path, engine.model.config.to_dict(), incoming.config)
+            check_memory(request.model_path, incoming.weight_bytes,
+                         available_memory(next(engine.model.parameters()).device))
+        except UpdateRefused as refused:
+            log.warning("update_weights refused: %s", refused.detail)
+            raise HTTPException(status_code=refused.status_code, detail=refused.detail) from refused
         target = Path(tempfile.mkdtemp(dir=workdir))
         try:
             directory = local_checkpoint(request.model_path, target)
@@ -122,26 +142,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workdir", type=Path, default=None, help="where downloaded checkpoints go (default: a temp dir)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="a new or empty folder for downloaded checkpoints, removed when the engine exits "
+                             "(default: a new temp folder)")
+    parser.add_argument("--weights-dir", type=Path, action="append", default=[],
+                        help="a local folder update_weights may load from (repeatable); store URIs always may")
     parser.add_argument("--api-key", default=api_key(), help=f"require this bearer token on every route (default ${API_KEY_ENV})")
     defaults = RequestLimits()
     parser.add_argument("--max-prompts", type=int, default=defaults.max_prompts, help="prompts per /generate request")
     parser.add_argument("--max-request-tokens", type=int, default=defaults.max_tokens,
                         help="prompt tokens plus max_new_tokens per /generate request")
+    parser.add_argument("--max-in-flight", type=int, default=defaults.max_in_flight,
+                        help="/generate requests queued or generating at once")
     args = parser.parse_args(argv)
+    exit_with_owner()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="posttrain-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    if any(workdir.iterdir()):
+        parser.error(f"--workdir {workdir} is not empty: the engine removes it when it exits")
     # uvicorn re-raises the SIGTERM it shut down on once it is done; as an exception it unwinds through the
     # `finally` below instead of ending the process where it stands.
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed)
-        limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens)
-        uvicorn.run(build_app(engine, workdir, limits, args.api_key), host=args.host, port=args.port, log_level="warning")
-    finally:
-        if args.workdir is None:  # ours: the downloads go with the engine (SIGTERM and Ctrl-C included)
-            shutil.rmtree(workdir, ignore_errors=True)
+        limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens,
+                               max_in_flight=args.max_in_flight)
+        uvicorn.run(build_app(engine, workdir, limits, args.api_key, tuple(args.weights_dir)), host=args.host, port=args.port, log_level="warning")
+    finally:  # the downloads go with the engine (SIGTERM, Ctrl-C and its owner's death included)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

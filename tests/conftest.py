@@ -1,10 +1,16 @@
 # Shared fixtures live in their own modules; pytest finds them through these imports.
 import os
 
+# Before Prefect is imported: the servers the tests start send no telemetry, under `make test` or not.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+import pytest
 from hypothesis import settings
 
 from tests.model_fixtures import tokenizer, tokenizer_dir  # noqa: F401
 from tests.orm_fixtures import trained_orm  # noqa: F401
+from tests.pipeline_fixtures import smoke_pipeline  # noqa: F401
 from tests.s3_server import faulty_proxy, moto_endpoint, s3_root, store_root  # noqa: F401
 from tests.sft_fixtures import small_store  # noqa: F401
 
@@ -15,3 +21,10 @@ os.environ["POSTTRAIN_REWARD_PACKAGES"] = "tests"
 # Same examples on every run: a red CI is reproducible and a green one is not luck.
 settings.register_profile("posttrain", derandomize=True, deadline=None, print_blob=True)
 settings.load_profile("posttrain")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _scratch_outside_the_checkout(tmp_path_factory):
+    """Stage jobs started without a launcher keep their scratch under POSTTRAIN_WORKDIR (default ./runs):
+    the tests' goes to pytest's temporary folder, never into the checkout."""
+    os.environ.setdefault("POSTTRAIN_WORKDIR", str(tmp_path_factory.mktemp("workdir")))

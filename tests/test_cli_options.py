@@ -36,3 +36,10 @@ def test_prefect_analytics_are_off_in_every_process_the_cli_starts():
              "print(get_current_settings().server.analytics_enabled)'], capture_output=True, text=True).stdout.strip())")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_the_ui_refuses_to_listen_beyond_this_machine_without_a_password(tmp_path):
+    exposed = CliRunner().invoke(app, ["ui", "--host", "0.0.0.0", "--logs", str(tmp_path)],
+                                 env={"COLUMNS": "200", "PREFECT_SERVER_API_AUTH_STRING": ""})
+    assert exposed.exit_code == 1 and "--auth-string" in exposed.output
+    assert not list(tmp_path.iterdir())  # refused before anything started

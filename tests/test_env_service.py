@@ -50,3 +50,13 @@ def test_idle_episodes_expire_and_are_named_as_such():
     assert calc.get("/health").json()["episodes"] == 1
     gone = calc.post("/step", json={"episode_id": "left", "text": calls("1+1")})
     assert gone.status_code == 404 and "idle past 0.2 s" in gone.text
+
+
+def test_a_service_holds_a_bounded_number_of_episodes():
+    calc = TestClient(build_env_app(CalcTask(), max_episodes=2))
+    for name in ("a", "b"):
+        assert calc.post("/reset", json={"episode_id": name, "messages": PROMPT, "reference": "4"}).status_code == 200
+    full = calc.post("/reset", json={"episode_id": "c", "messages": PROMPT, "reference": "4"})
+    assert full.status_code == 429 and "at most 2 at once (--max-episodes)" in full.text
+    calc.post("/abandon", json={"episode_id": "a"})
+    assert calc.post("/reset", json={"episode_id": "c", "messages": PROMPT, "reference": "4"}).status_code == 200

@@ -1,5 +1,6 @@
 """A researcher swaps general RL's reward module from the UI: `posttrain ui` serves the deployed flow, and a
-run is created through Prefect's REST API, as the UI's Run form does."""
+run is created through Prefect's REST API, as the UI's Run form does. The server takes a password, as one
+a cluster exposes must: without it the API answers 401."""
 
 import os
 import signal
@@ -19,6 +20,7 @@ from suites.prepare import SuiteSizes
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
+AUTH = ("lead", "s3cret-for-tests")
 
 
 class Brevity:
@@ -42,7 +44,8 @@ def served(tmp_path_factory):
     env.pop("PREFECT_API_URL", None)
     with (workdir / "ui.log").open("wb") as log:
         ui = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "ui", "--port", str(port), "--only", "general_rl",
-                               "--logs", str(workdir / "logs")], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+                               "--logs", str(workdir / "logs"), "--auth-string", ":".join(AUTH)],
+                              cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         yield api, _deployment_id(api, "general_rl/general_rl", ui, workdir / "ui.log")
         assert requests.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 200  # the UI itself is served
@@ -56,7 +59,7 @@ def _deployment_id(api: str, name: str, server: subprocess.Popen, log: Path) -> 
     while time.monotonic() < deadline:
         assert server.poll() is None, f"posttrain ui exited: {log.read_text()[-2000:]}"
         try:
-            answer = requests.get(f"{api}/deployments/name/{name}", timeout=10)
+            answer = requests.get(f"{api}/deployments/name/{name}", timeout=10, auth=AUTH)
         except requests.ConnectionError:  # the server is still starting
             answer = None
         if answer is not None and answer.status_code == 200:
@@ -74,14 +77,16 @@ def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(ser
               "datasets": [prompts.uri], "group_size": 2, "prompts_per_step": 2, "max_steps": 2, "sampling": {"max_new_tokens": 12},
               "optimizer": {"warmup_steps": 1}, "rewards": [{"path": f"{__name__}.Brevity", "weight": 1.0}]}
     # The call the UI's Run form makes: the deployment's parameters, edited, as JSON.
-    created = requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30, json={
-        "parameters": {"config": config, "eval_settings": {"prompts_per_dataset": 4, "max_new_tokens": 12}}})
+    run = {"parameters": {"config": config, "eval_settings": {"prompts_per_dataset": 4, "max_new_tokens": 12}}}
+    refused = requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30, json=run)
+    assert refused.status_code == 401
+    created = requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30, json=run, auth=AUTH)
     assert created.status_code == 201, created.text
     run_id = created.json()["id"]
 
     deadline, state = time.monotonic() + 600, None
     while time.monotonic() < deadline:
-        state = requests.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]
+        state = requests.get(f"{api}/flow_runs/{run_id}", timeout=10, auth=AUTH).json()["state"]
         if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
             break
         time.sleep(2)

@@ -1,29 +1,20 @@
 """The pipeline as a Prefect flow on a real (temporary) Prefect server, with the smoke preset."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
-from flows.params import PipelineParams
 from flows.pipeline import pipeline
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
-def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_path, monkeypatch):
-    monkeypatch.setenv("POSTTRAIN_WORKDIR", str(tmp_path / "work"))
-    params = PipelineParams(preset="smoke", store=str(tmp_path / "store"), reports_dir=str(tmp_path / "runs"))
-    summary = pipeline(params)
+def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
+    params, summary, tmp_path = smoke_pipeline["params"], smoke_pipeline["summary"], smoke_pipeline["tmp"]
     run_dir = tmp_path / "runs" / summary["run_id"]
     written = json.loads((run_dir / "summary.json").read_text())
     assert (tmp_path / "runs" / "LATEST").read_text().strip() == summary["run_id"]
@@ -73,7 +64,7 @@ def test_pipeline_writes_report_and_skips_committed_stages(prefect_server, tmp_p
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
     assert "kept of each teacher's score: reasoning_rl " in report
     # Each trained stage has its wandb run (offline), with the lineage record attached.
-    wandb_dir = tmp_path / "work" / Path(distilled["checkpoint"]).name / "wandb" / "wandb"
+    wandb_dir = Path(os.environ["POSTTRAIN_WORKDIR"]) / Path(distilled["checkpoint"]).name / "wandb" / "wandb"
     (offline_run,) = wandb_dir.glob("offline-run-*")
     assert any(offline_run.rglob("*.wandb"))
     assert distill_lineage["wandb_run"] == f"posttrain/{Path(distilled['checkpoint']).name}"

@@ -1,6 +1,8 @@
 """The rollout engine as a separate HTTP process, checked against full forwards of the same model."""
 
 import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -22,6 +24,28 @@ def save_checkpoint(tokenizer, directory, seed):
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def refused_updates(checkpoint, tmp_path):
+    """Checkpoints an engine must refuse before loading them, with the status and the reason it gives."""
+    def variant(name, **config_changes):
+        folder = tmp_path / name
+        shutil.copytree(checkpoint, folder)
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **config_changes}))
+        return folder
+
+    huge = variant("huge")
+    with open(huge / "model.safetensors", "r+b") as weights:  # sparse: a terabyte on paper, no disk used
+        weights.truncate(2**40)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    shutil.copytree(checkpoint, outside)
+    return [
+        (variant("vocab", vocab_size=2_000_000), 422, "vocab_size: serving"),  # refused before 2M rows exist
+        (variant("orm", architectures=["Glm5ForSequenceClassification"]), 422, "architectures"),
+        (huge, 413, "GiB of memory available"),
+        (outside, 403, "--weights-dir"),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +122,8 @@ def test_prefill_only_returns_prompt_logprobs(engine, checkpoints, tokenizer):
 
 
 def test_update_weights_bumps_the_version_and_serves_the_new_weights(engine, checkpoints, tokenizer, tmp_path):
-    with EngineProcess(str(checkpoints[0]), tmp_path / "engine.log") as client:
+    local = checkpoints[0].parent
+    with EngineProcess(str(checkpoints[0]), tmp_path / "engine.log", weights_dirs=[local, tmp_path]) as client:
         batch = prompts(tokenizer, (33,))
         assert client.update_weights(str(checkpoints[1])) == "1"
         assert client.health()["weight_version"] == "1"
@@ -109,6 +134,11 @@ def test_update_weights_bumps_the_version_and_serves_the_new_weights(engine, che
         with pytest.raises(EngineRequestError, match="not a checkpoint directory"):
             client.update_weights(str(tmp_path))
         assert client.health()["weight_version"] == "1"  # a failed update leaves the served weights alone
+        for refused, status, reason in refused_updates(checkpoints[1], tmp_path):
+            with pytest.raises(EngineRequestError, match=reason) as error:
+                client.update_weights(str(refused))
+            assert f"answered {status}" in str(error.value)
+        assert client.health()["weight_version"] == "1"
 
         # Switched back, it samples what a fresh engine on those weights samples, whatever it served before:
         # what lets one engine serve a stage's evaluations and its training.
@@ -184,3 +214,19 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine
     for one, merged in zip(alone, together, strict=True):
         assert merged.prompt_ids == one.prompt_ids and merged.output_ids == one.output_ids
         assert torch.allclose(torch.tensor(merged.output_logprobs), torch.tensor(one.output_logprobs), atol=1e-4)
+
+
+def test_requests_past_the_engines_concurrency_are_429s(checkpoints, tmp_path):
+    process = EngineProcess(str(checkpoints[0]), tmp_path / "engine.log")
+    process.service.args += ["--max-in-flight", "1"]
+    client = process.start()
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            statuses = sorted(pool.map(lambda _: requests.post(f"{client.base_url}/generate", json=body, timeout=60),
+                                       range(4)), key=lambda r: r.status_code)
+    finally:
+        process.stop()
+    assert statuses[0].status_code == 200
+    busy = [r for r in statuses if r.status_code == 429]
+    assert busy and "at most 1 at once (--max-in-flight)" in busy[0].text

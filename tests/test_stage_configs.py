@@ -53,3 +53,17 @@ def test_every_preset_recipe_makes_a_valid_stage_config():
             recipe = getattr(preset, stage)
             if recipe is not None:
                 assert config_type(**IO, **recipe.model_dump(mode="json")).max_steps == recipe.max_steps
+
+
+@pytest.mark.parametrize("path, reason", [
+    ("subprocess.Popen", "not from an allowed origin"),
+    ("builtins.eval", "not from an allowed origin"),
+    ("rewards.verifiers.NoSuchThing", "cannot be imported"),
+    ("rewards.loading.RewardModuleError", "does not declare itself a reward module"),
+])
+def test_a_config_naming_anything_but_a_reward_module_is_refused_as_it_is_read(path, reason, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = {"path": path, "params": {"args": ["touch", "pwned"]}}
+    with pytest.raises(ValidationError, match=rf"rewards\.0\.path[\s\S]*{reason}"):
+        GeneralRlConfig(**IO, rewards=[spec])
+    assert not (tmp_path / "pwned").exists()

@@ -21,6 +21,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
+from infra.lifetime import exit_with_owner
 from rollout.auth import api_key, bearer_headers, require_api_key
 from rollout.envs.catalog import load_task
 from rollout.envs.tasks import AgentTask, Episode, take_turn
@@ -71,7 +72,8 @@ class Latency(BaseModel):
         return random.Random(f"{episode_id}:{turn}").lognormvariate(math.log(self.median_s), self.sigma)
 
 
-def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: float = 900.0) -> FastAPI:
+def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: float = 900.0,
+                  max_episodes: int = 4096) -> FastAPI:
     app = require_api_key(install_validation_errors(FastAPI(title=f"posttrain {task.name} environment")), api_key())
     episodes: dict[str, Episode] = {}
 
@@ -100,6 +102,9 @@ def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: f
         expire_idle()
         if request.episode_id in episodes:
             raise HTTPException(status_code=409, detail=f"episode {request.episode_id!r} is already running")
+        if len(episodes) >= max_episodes:
+            raise HTTPException(status_code=429, detail=f"{len(episodes)} episodes running; the {task.name} service "
+                                                        f"holds at most {max_episodes} at once (--max-episodes)")
         try:
             task.check_row(request.reference, request.metadata)
         except ValueError as error:
@@ -161,12 +166,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--orchestrator", default=None, help="the orchestrator's URL to register with")
     parser.add_argument("--latency-median-s", type=float, default=None)
     parser.add_argument("--latency-sigma", type=float, default=1.0)
+    parser.add_argument("--max-episodes", type=int, default=4096, help="episodes running at once; past it, a 429")
+    parser.add_argument("--idle-ttl-s", type=float, default=900.0, help="an episode nobody steps for this long ends")
     args = parser.parse_args(argv)
+    exit_with_owner()
     task = load_task(args.task)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     latency = Latency(median_s=args.latency_median_s, sigma=args.latency_sigma) if args.latency_median_s else None
     url = f"http://{args.host}:{args.port}"
-    server = uvicorn.Server(uvicorn.Config(build_env_app(task, latency), host=args.host,
+    server = uvicorn.Server(uvicorn.Config(build_env_app(task, latency, args.idle_ttl_s, args.max_episodes), host=args.host,
                                            port=args.port, log_level="warning"))
     if args.orchestrator:
         def register_once_up():

@@ -27,7 +27,7 @@ from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
-from stages.common.policy import push_weights, rl_training_engine
+from stages.common.policy import push_weights, rl_training_engine, weights_push_dir
 from stages.common.rl_batches import TrainBatch, padded_batch
 
 
@@ -85,7 +85,8 @@ def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs
     all stopped when `stack` closes; a resumed run's weights reach the replicas first."""
     dist, workdir = stage.dist, stage.workdir
     replicas = [] if config.engine_urls else [
-        _launch(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log", seed=config.seed * 100 + i))
+        _launch(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log", seed=config.seed * 100 + i,
+                                    weights_dirs=[weights_push_dir(workdir)]))
         for i in range(config.replicas)
     ]
     services = stack.enter_context(TaskServices(  # starts while the replicas load

@@ -24,7 +24,7 @@ from data_contracts.lineage import (
     current_code_version,
     library_versions,
 )
-from infra.publish import data_input, parent_ref, publish_directory, published_contract
+from infra.publish import data_input, parent_ref, publish_for_inputs, published_contract
 from infra.store import ArtifactStore, CommittedArtifact, open_store
 from stages.common.config import Provenance, StageIO
 from stages.common.distributed import barrier
@@ -56,7 +56,7 @@ def save_local(engine, model, tokenizer, local_dir: Path, step: int, trainer_sta
 
 
 def commit(store: ArtifactStore, name: str, local_dir: Path, lineage: Lineage, is_main: bool) -> str | None:
-    uri = publish_directory(store, name, local_dir, lineage).uri if is_main else None
+    uri = publish_for_inputs(store, name, local_dir, lineage).uri if is_main else None
     barrier()
     return uri
 
@@ -189,4 +189,7 @@ class StageCheckpointer:
             reward_models=reward_model_checkpoints(self.reward_refs, stage.store), teachers=self.teachers,
             eval_summary=eval_summary(self.history),
         )
-        return commit(stage.store, name, local, lineage, stage.dist.is_main)
+        uri = commit(stage.store, name, local, lineage, stage.dist.is_main)
+        if stage.dist.local_rank == 0:  # committed (or failed): the local copy is only scratch
+            shutil.rmtree(local, ignore_errors=True)
+        return uri

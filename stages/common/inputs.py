@@ -7,6 +7,7 @@ import argparse
 import os
 import random
 import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ import torch
 
 from data_contracts import CHAT_V1, read_parquet
 from data_contracts.contract import Contract
+from infra.launch import JOB_DIR_ENV
+from infra.lifetime import exit_with_owner
 from infra.store import ArtifactStore, CommittedArtifact, open_store
 from model.tokenizer import load_tokenizer
 from stages.common.config import StageIO
@@ -52,10 +55,15 @@ def download_once(artifact: CommittedArtifact, local_dir: Path) -> Path:
     without the tokenizer and failed every time)."""
     if local_dir.exists():
         return local_dir
-    partial = local_dir.with_name(f".{local_dir.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    artifact.download(partial)
-    os.replace(partial, local_dir)
+    partial = local_dir.with_name(f".{local_dir.name}.partial-{uuid.uuid4().hex}")
+    try:
+        artifact.download(partial)
+        os.rename(partial, local_dir)
+    except OSError:
+        if not local_dir.is_dir():  # not a twin download that finished first
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return local_dir
 
 
@@ -76,7 +84,10 @@ def start_stage(config: StageIO) -> StageInputs | str:
         uri = store.open(config.output_name).uri
         events.emit("done", checkpoint=uri, resumed_from=None, already_committed=True)
         return uri
-    workdir = Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id / f"rank-{dist.rank}"
+    # A launcher gives the job a scratch folder of its own (removed when the job ends); started by hand,
+    # it is the run's folder under POSTTRAIN_WORKDIR.
+    scratch = os.environ.get(JOB_DIR_ENV) or Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id
+    workdir = Path(scratch) / f"rank-{dist.rank}"
     init = store.open(config.init_checkpoint)
     init_dir = download_once(init, workdir / "init")
     return StageInputs(dist, events, store, workdir, init, init_dir, [store.open(uri) for uri in config.datasets])
@@ -94,4 +105,5 @@ def stage_main(config_type: type[StageIO], train: Callable[[StageIO, StageInputs
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", required=True, type=Path, help=f"run.json: a serialized {config_type.__name__}")
     args, _ = parser.parse_known_args(argv)  # launchers append their own flags (e.g. --local_rank)
+    exit_with_owner()
     run_stage(config_type.model_validate_json(args.config.read_text()), train)

@@ -45,11 +45,16 @@ def freeze_matching(model, patterns: Sequence[str]) -> None:
             parameter.requires_grad_(False)
 
 
+def weights_push_dir(workdir: Path) -> Path:
+    """Where rank 0 of the job writes the weights its engines load (they are told to allow it)."""
+    return workdir.parent / "push"
+
+
 def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Callable[[str], None] | None) -> str:
     """Rank 0 writes the weights; `deliver(path)` (where given) makes engines load them; every rank
     waits until all have, so nothing samples from the old weights afterwards (on-policy). Returns the
     weights' directory, which stays until the next push."""
-    pushes = workdir.parent / "push"
+    pushes = weights_push_dir(workdir)
     target = pushes / f"v{version}"
     if is_main:
         engine.module.save_pretrained(target)
@@ -72,7 +77,8 @@ def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, s
         client.wait_until_healthy(30)
     else:
         client = stack.enter_context(EngineProcess(config.init_checkpoint, workdir / "engine.log",
-                                                   seed=config.seed * 1000 + dist.rank))
+                                                   seed=config.seed * 1000 + dist.rank,
+                                                   weights_dirs=[weights_push_dir(workdir)]))
     if start_step:  # the engine serves the init checkpoint: give it the resumed weights
         push_weights(engine, workdir, start_step, dist.is_main, lambda path: client.update_weights(path, str(start_step)))
     elif config.engine_url:  # an engine we did not start may serve anything

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from data_contracts import EVAL_V1, write_parquet
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
-from infra.publish import data_input, parent_ref, publish_directory, published_contract
+from infra.publish import data_input, parent_ref, publish_for_inputs, published_contract
 from infra.store import ArtifactStore, CommittedArtifact
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.presets import load_model
@@ -92,8 +92,8 @@ def committed_eval(
                 f"{name}@{mode}": value for mode, metrics in results.items() for name, value in metrics.items()
             },
         )
-        publish_directory(store, name, out, lineage)
-    return results
+        committed = publish_for_inputs(store, name, out, lineage)
+    return _results_from_summary(Lineage.model_validate(committed.lineage()).eval_summary)
 
 
 def _results_from_summary(summary: dict[str, float]) -> dict[str, dict[str, float]]:

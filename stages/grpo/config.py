@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from data_contracts import PROMPT_V1
+from rewards.loading import RewardModuleError, resolve_reward_target
 from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 from stages.grpo.loss import IcePopSettings
@@ -20,6 +21,17 @@ class RewardSpec(BaseModel):
     path: str = Field(..., min_length=1)
     weight: float = 1.0
     params: dict = Field(default_factory=dict)
+
+    @field_validator("path")
+    @classmethod
+    def _a_reward_module(cls, path: str) -> str:
+        """A form or a run.json naming anything but a reward module is refused as it is read, not at the
+        job's first scoring step; nothing is constructed either way."""
+        try:
+            resolve_reward_target(path)
+        except RewardModuleError as error:
+            raise ValueError(str(error)) from None
+        return path
 
 
 class AnchorSettings(BaseModel):

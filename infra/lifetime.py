@@ -1,0 +1,66 @@
+"""Children die with their parent, however the parent ends (SIGKILL and OOM included).
+
+Every process we spawn is told its owner's pid (`POSTTRAIN_OWNER_PID`, set by `child_environment`);
+our own entry points (stage jobs, engines, task services, the deployments' server) call
+`exit_with_owner()`, which watches the owner through a pidfd (a process handle, immune to pid reuse)
+and sends the process SIGTERM when the owner is gone, so it cleans up as on Ctrl-C, then exits hard
+if that did not stop it. A torchrun in between is skipped: its workers watch the process that
+launched torchrun, and torchrun exits when they do. Children that are not our code (the Prefect
+server) get the kernel's parent-death signal instead (`die_with_parent` as `preexec_fn`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import select
+import signal
+import threading
+import time
+
+OWNER_ENV = "POSTTRAIN_OWNER_PID"
+TERM_GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+log = logging.getLogger(__name__)
+
+
+def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: ours) naming this process as the owner of the child about to start."""
+    return {**(os.environ if env is None else env), OWNER_ENV: str(os.getpid())}
+
+
+def die_with_parent() -> None:
+    """`preexec_fn` for a child that is not our code: the kernel sends it SIGTERM when the thread that
+    started it exits (so start such children from the main thread), and we exit at once if the parent
+    is already gone."""
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def exit_with_owner() -> None:
+    """Watch the owner named in the environment (no-op when started by hand) from a daemon thread."""
+    owner = os.environ.get(OWNER_ENV)
+    if not owner or int(owner) == os.getpid():
+        return
+    try:
+        handle = os.pidfd_open(int(owner))
+    except ProcessLookupError:
+        _terminate_self(int(owner))
+        return
+    threading.Thread(target=_watch, args=(int(owner), handle), daemon=True, name="exit-with-owner").start()
+
+
+def _watch(owner: int, handle: int) -> None:
+    select.select([handle], [], [])  # a pidfd turns readable when its process has exited
+    _terminate_self(owner)
+
+
+def _terminate_self(owner: int) -> None:
+    log.warning("owner process %d is gone; stopping", owner)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(TERM_GRACE_S)
+    os._exit(1)  # SIGTERM was ignored or cleanup hung

@@ -1,0 +1,60 @@
+"""`posttrain pipeline` SIGKILLed in every stage (and once while it commits its data), then run again
+until it finishes: the stages that are deterministic end with the metrics of a pipeline never killed,
+every artifact the store lists verifies, and each kill takes the whole process family with it (the
+Prefect server, engines, task services, stage jobs) and leaves no temporary file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.store import open_store
+from tests.faults.processes import descendants, left_running, running, tree, wait_for
+
+pytestmark = pytest.mark.slow
+STAGE_JOBS = {"sft": "stages.sft.train", "reasoning_rl": "stages.grpo.reasoning", "agentic_rl": "stages.agentic.train",
+              "train_orm": "stages.orm.train", "general_rl": "stages.grpo.general", "distill": "stages.distill.train"}
+DETERMINISTIC = ("sft", "reasoning_rl", "train_orm")  # agentic RL is asynchronous; later stages start from it
+
+
+def _claim_in(store: Path) -> bool:
+    return store.exists() and any(store.rglob("_CLAIM/*"))
+
+
+def test_a_pipeline_killed_in_every_stage_ends_as_if_never_killed(smoke_pipeline, tmp_path):
+    store, reports, temp = tmp_path / "store", tmp_path / "runs", tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "PREFECT_HOME": str(tmp_path / "prefect"),
+           "POSTTRAIN_WORKDIR": str(tmp_path / "work")}
+    env.pop("PREFECT_API_URL", None)  # the command starts its own Prefect server, as on a laptop
+    command = [str(Path(sys.executable).with_name("posttrain")), "pipeline", "--preset", "smoke",
+               "--store", str(store), "--reports", str(reports)]
+    moments = {"committing the prepared data": lambda pid: _claim_in(store)}
+    moments |= {f"in {stage}": lambda pid, job=job: running(job, pid) for stage, job in STAGE_JOBS.items()}
+
+    log = open(tmp_path / "pipeline.log", "ab")
+    for moment, reached in moments.items():
+        pipeline = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda pipeline=pipeline, reached=reached: pipeline.poll() is not None or reached(pipeline.pid),
+                 900, moment, poll_s=0.01)
+        assert pipeline.poll() is None, f"the pipeline ended before {moment}: {(tmp_path / 'pipeline.log').read_text()[-3000:]}"
+        family = descendants(pipeline.pid)
+        pipeline.kill()
+        pipeline.wait()
+        assert left_running(family) == [], moment
+        listed = open_store(str(store)).list_committed()
+        assert all(open_store(str(store)).open(name).verify() == [] for name in listed), moment
+
+    finished = subprocess.run(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, timeout=1200)
+    assert finished.returncode == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
+    summary = json.loads((reports / (reports / "LATEST").read_text().strip() / "summary.json").read_text())
+    expected = {stage["stage"]: stage["metrics_after"] for stage in smoke_pipeline["summary"]["stages"]}
+    got = {stage["stage"]: stage["metrics_after"] for stage in summary["stages"]}
+    assert {stage: got[stage] for stage in DETERMINISTIC} == {stage: expected[stage] for stage in DETERMINISTIC}
+    assert tree(temp) == []
+    assert not list((tmp_path / "work").rglob("job-*")), "a killed launch's scratch folder outlived the rerun"
