@@ -68,6 +68,17 @@ def _deployment_id(api: str, name: str, server: subprocess.Popen, log: Path) -> 
     raise TimeoutError(f"deployment {name} never registered: {log.read_text()[-2000:]}")
 
 
+def _retrying_503(request, attempts: int = 6):
+    """Prefect answers 503 to an error its clients should retry (SQLite busy under load), and its own
+    client retries them; so does a script that calls the API as the UI does."""
+    for attempt in range(attempts):
+        response = request()
+        if response.status_code != 503:
+            return response
+        time.sleep(0.5 * 2**attempt)
+    return response
+
+
 def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(served, small_store):
     api, deployment = served
     store = open_store(small_store["root"])
@@ -80,13 +91,14 @@ def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(ser
     run = {"parameters": {"config": config, "eval_settings": {"prompts_per_dataset": 4, "max_new_tokens": 12}}}
     refused = requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30, json=run)
     assert refused.status_code == 401
-    created = requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30, json=run, auth=AUTH)
+    created = _retrying_503(lambda: requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30,
+                                                  json=run, auth=AUTH))
     assert created.status_code == 201, created.text
     run_id = created.json()["id"]
 
     deadline, state = time.monotonic() + 600, None
     while time.monotonic() < deadline:
-        state = requests.get(f"{api}/flow_runs/{run_id}", timeout=10, auth=AUTH).json()["state"]
+        state = _retrying_503(lambda: requests.get(f"{api}/flow_runs/{run_id}", timeout=10, auth=AUTH)).json()["state"]
         if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
             break
         time.sleep(2)
