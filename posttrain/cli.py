@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from flows.params import PipelineParams
+from posttrain.data_cli import data_app
 from posttrain.model_options import model_options
 from posttrain.rewards_cli import rewards_app
 
@@ -22,6 +23,7 @@ for _name, _value in (("PREFECT_SERVER_ANALYTICS_ENABLED", "false"), ("DO_NOT_TR
 
 app = typer.Typer(help="GLM-5-style post-training pipeline.", no_args_is_help=True, add_completion=False)
 app.add_typer(rewards_app, name="rewards")
+app.add_typer(data_app, name="data")
 console = Console()
 
 
