@@ -16,7 +16,7 @@ class PipelineParams(BaseModel):
     preset: str = Field("tiny", description="Pipeline preset (flows/presets.py): model, data sizes, stage configs.")
     seed: int = Field(0, description="Seed for every stage.")
     store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
-    reports_dir: str = Field("artifacts/runs", description="Run reports: <run_id>/summary.json, report.md, LATEST.")
+    reports_dir: str = Field("artifacts/runs", description="Run reports: RUN_ID/summary.json, report.md, LATEST.")
     nproc: int = Field(1, ge=1, description="Trainer processes per stage on this machine.")
     from_stage: StageName | None = Field(None, description="Start at this stage; the ones before it are not run.")
     to_stage: StageName | None = Field(None, description="Stop after this stage; the ones after it are not run.")

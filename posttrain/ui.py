@@ -64,8 +64,11 @@ def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Ca
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, _interrupt)
     api = f"http://{host}:{port}/api"
+    # The UI shows this project's runs, not every Prefect process's on the machine: its own database
+    # under the working directory unless PREFECT_HOME says otherwise.
+    home = os.environ.get("PREFECT_HOME") or str(Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")).resolve() / "prefect")
     env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_UI_API_URL": api, "PREFECT_SERVER_API_HOST": host,
-           "PREFECT_SERVER_API_PORT": str(port)}
+           "PREFECT_SERVER_API_PORT": str(port), "PREFECT_HOME": home}
     if auth_string:
         env |= {"PREFECT_SERVER_API_AUTH_STRING": auth_string, "PREFECT_API_AUTH_STRING": auth_string}
     prefect = str(Path(sys.executable).with_name("prefect"))

@@ -39,9 +39,10 @@ def served(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("served")
     port = free_port("127.0.0.1")
     api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(workdir / "prefect"), "POSTTRAIN_WORKDIR": str(workdir / "work"),
+    env = {**os.environ, "POSTTRAIN_WORKDIR": str(workdir / "work"),
            "PYTHONPATH": str(REPO)}
     env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_HOME", None)  # `posttrain ui` keeps its database under the working directory
     with (workdir / "ui.log").open("wb") as log:
         ui = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "ui", "--port", str(port), "--only", "general_rl",
                                "--logs", str(workdir / "logs"), "--auth-string", ":".join(AUTH)],
@@ -49,6 +50,7 @@ def served(tmp_path_factory):
     try:
         yield api, _deployment_id(api, "general_rl/general_rl", ui, workdir / "ui.log")
         assert requests.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 200  # the UI itself is served
+        assert (workdir / "work" / "prefect" / "prefect.db").is_file()  # its own database, not ~/.prefect's
     finally:
         ui.send_signal(signal.SIGINT)  # as Ctrl-C: the command stops its server and deployments
         assert ui.wait(timeout=120) == 0

@@ -3,11 +3,15 @@ the form's schema shows them, and presets are built from the same typed recipes.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
+from flows.params import PipelineParams
 from flows.presets import PIPELINE_PRESETS
 from stages.agentic.config import AgenticRlConfig
+from stages.distill.config import DistillConfig
 from stages.grpo.config import GeneralRlConfig, ReasoningRlConfig
 from stages.orm.config import TrainOrmConfig
 from stages.sft.config import SftConfig
@@ -67,3 +71,25 @@ def test_a_config_naming_anything_but_a_reward_module_is_refused_as_it_is_read(p
     with pytest.raises(ValidationError, match=rf"rewards\.0\.path[\s\S]*{reason}"):
         GeneralRlConfig(**IO, rewards=[spec])
     assert not (tmp_path / "pwned").exists()
+
+
+def test_the_forms_hide_internal_fields_and_their_descriptions_render_whole():
+    """Prefect's UI renders descriptions as markup (text in angle brackets vanished) and shows every
+    schema property as a form field (provenance is the flow's to fill)."""
+    for model in (SftConfig, ReasoningRlConfig, GeneralRlConfig, AgenticRlConfig, TrainOrmConfig, DistillConfig,
+                  PipelineParams):
+        schema = model.model_json_schema()
+        assert "provenance" not in schema["properties"], model.__name__
+        descriptions = [value for key, value in _walk(schema) if key == "description"]
+        assert descriptions and not [d for d in descriptions if "<" in d or ">" in d], (model.__name__, descriptions)
+    assert json.loads(SftConfig(**IO, provenance={"flow_run_id": "f"}).model_dump_json())["provenance"]["flow_run_id"] == "f"
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield key, value
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from data_contracts import CHAT_V1
 from data_contracts.contract import Contract
@@ -38,9 +39,11 @@ class StageIO(BaseModel):
     store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
     init_checkpoint: str = Field(..., description="URI of the committed checkpoint to start from.")
     datasets: list[str] = Field(..., min_length=1, description="URIs of committed datasets (train/test splits).")
-    output_name: str = Field("", description="Artifact name of the final checkpoint; default checkpoints/<stage>/<run_id>.")
+    output_name: str = Field("", description="Artifact name of the final checkpoint; default checkpoints/STAGE/RUN_ID.")
     seed: int = 0
-    provenance: Provenance = Field(default_factory=Provenance)
+    # Filled in by the flow that runs the stage (lineage's links to Prefect and wandb), never by a person:
+    # kept out of the JSON Schema, so out of the UI's form.
+    provenance: SkipJsonSchema[Provenance] = Field(default_factory=Provenance)
 
     # The folder under checkpoints/ a stage's outputs go to by default.
     stage_name: ClassVar[str] = "stage"
