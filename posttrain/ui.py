@@ -67,6 +67,7 @@ def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Ca
     # The UI shows this project's runs, not every Prefect process's on the machine: its own database
     # under the working directory unless PREFECT_HOME says otherwise.
     home = os.environ.get("PREFECT_HOME") or str(Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")).resolve() / "prefect")
+    Path(home).mkdir(parents=True, exist_ok=True)  # SQLite creates the database file, not its folder
     env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_UI_API_URL": api, "PREFECT_SERVER_API_HOST": host,
            "PREFECT_SERVER_API_PORT": str(port), "PREFECT_HOME": home}
     if auth_string:
