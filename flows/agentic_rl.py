@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import flow, task
 
 from flows.cards import publish_stage
+from flows.eval_log import logged
 from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -20,7 +21,7 @@ def train_agentic_rl(config: AgenticRlConfig, nproc: int) -> dict:
 @task
 def evaluate_tool_tasks(store_root: str | None, checkpoint: str, datasets: list[str], tasks: list[str],
                         settings: AgenticEvalSettings) -> dict[str, float]:
-    return evaluate_agentic(open_store(store_root), checkpoint, datasets, tasks, settings)
+    return logged(checkpoint, evaluate_agentic(open_store(store_root), checkpoint, datasets, tasks, settings))
 
 
 @flow(name="agentic_rl", log_prints=True)

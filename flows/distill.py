@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from prefect import flow, task
 
 from flows.cards import publish_retention_table, publish_stage
+from flows.eval_log import logged
 from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -43,6 +44,11 @@ def train_distill(config: DistillConfig, nproc: int) -> dict:
 def evaluate_domain(store_root: str | None, checkpoint: str, teacher: TeacherSpec, settings: DistillEvalSettings,
                     engine_url: str | None) -> dict[str, float]:
     """`checkpoint` on the held-out split of `teacher`'s domain, as the teacher's stage evaluates it."""
+    return logged(checkpoint, domain_metrics(store_root, checkpoint, teacher, settings, engine_url))
+
+
+def domain_metrics(store_root: str | None, checkpoint: str, teacher: TeacherSpec, settings: DistillEvalSettings,
+                   engine_url: str | None) -> dict[str, float]:
     store = open_store(store_root)
     if teacher.source == "reasoning_rl":
         return evaluate_sampled(store, checkpoint, teacher.datasets[0], settings.sampled, engine_url)

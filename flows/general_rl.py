@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from prefect import flow, task
 
 from flows.cards import publish_stage
+from flows.eval_log import logged
 from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -21,8 +22,8 @@ def train_general_rl(config: GeneralRlConfig, nproc: int) -> dict:
 
 @task
 def evaluate_rules_and_rewards(config: GeneralRlConfig, checkpoint: str, settings: GeneralEvalSettings) -> dict[str, float]:
-    return evaluate_general(open_store(config.store), checkpoint, config.datasets, config.rewards, settings,
-                            config.engine_url)
+    return logged(checkpoint, evaluate_general(open_store(config.store), checkpoint, config.datasets, config.rewards,
+                                               settings, config.engine_url))
 
 
 @flow(name="general_rl", log_prints=True)

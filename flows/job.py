@@ -20,6 +20,18 @@ from stages.common.config import StageIO
 from stages.common.events import parse_event
 
 
+def progress_line(stage: str, step: int, total: int, started: tuple[float, int], now: float) -> str:
+    """`sft: step 40/600, 0.52 steps/s, about 18 min left`. The rate counts the steps this job ran since
+    `started` (when, and the first step seen), so a resumed job's earlier steps do not inflate it."""
+    done, elapsed = step - started[1], now - started[0]
+    if done <= 0 or elapsed <= 0:
+        return f"{stage}: step {step}/{total}"
+    rate = done / elapsed
+    left_s = (total - step) / rate
+    left = f"{left_s / 60:.0f} min" if left_s >= 90 else f"{left_s:.0f} s"
+    return f"{stage}: step {step}/{total}, {rate:.2f} steps/s, about {left} left"
+
+
 class JobProgress:
     """Forwards each job line to the run log and folds progress events into one progress artifact."""
 
@@ -30,6 +42,7 @@ class JobProgress:
         self.history: list[dict] = []
         self.percent_shown = 0
         self.final: dict | None = None
+        self.started: tuple[float, int] | None = None  # (when, step) of the first step seen: the rate's origin
 
     def __call__(self, line: str) -> None:
         event = parse_event(line)
@@ -39,12 +52,14 @@ class JobProgress:
         kind = event["event"]
         if kind == "step":
             self.history.append(event)
+            self.started = self.started or (time.monotonic(), event["step"])
             # Whole percents only: each update is an API call and a database write, and on a small
             # machine the Prefect server competes with the trainer for the same cores.
             percent = 100 * event["step"] // event["total"]
             if percent > self.percent_shown:
                 self.percent_shown = percent
-                update_progress_artifact(self.artifact_id, progress=float(percent))
+                update_progress_artifact(self.artifact_id, progress=float(percent), description=progress_line(
+                    self.stage, event["step"], event["total"], self.started, time.monotonic()))
             if event["step"] % 10 == 0 or "heldout_loss" in event:
                 self.logger.info(
                     f"{self.stage} step {event['step']}/{event['total']} loss {event['loss']:.4f}"

@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from prefect import flow, task
 
 from flows.cards import publish_stage
+from flows.eval_log import logged
 from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -22,7 +23,7 @@ def train_reasoning_rl(config: ReasoningRlConfig, nproc: int) -> dict:
 @task
 def evaluate_with_engine(store_root: str | None, checkpoint: str, arith_dataset: str,
                          settings: SampledEvalSettings, engine_url: str | None = None) -> dict[str, float]:
-    return evaluate_sampled(open_store(store_root), checkpoint, arith_dataset, settings, engine_url)
+    return logged(checkpoint, evaluate_sampled(open_store(store_root), checkpoint, arith_dataset, settings, engine_url))
 
 
 @flow(name="reasoning_rl", log_prints=True)

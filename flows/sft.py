@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import flow, task
 
 from flows.cards import publish_stage
+from flows.eval_log import logged
 from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -20,7 +21,7 @@ def train_sft(config: SftConfig, nproc: int) -> dict:
 @task
 def evaluate(store_root: str | None, checkpoint: str, datasets: dict[str, str], settings: EvalSettings,
              attention: tuple[str, ...]) -> dict:
-    return evaluate_checkpoint(open_store(store_root), checkpoint, datasets, settings, attention)
+    return logged(checkpoint, evaluate_checkpoint(open_store(store_root), checkpoint, datasets, settings, attention))
 
 
 @flow(name="sft", log_prints=True)
