@@ -21,7 +21,7 @@ from data_contracts.importers import IMPORTERS, RowProblem
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
 from data_contracts.rows import table_from_rows
 from infra.publish import content_digest, publish_directory
-from infra.store import ArtifactStore, CommittedArtifact
+from infra.store import ArtifactStore, CommittedArtifact, sha256_file
 
 
 class ImportFailed(ValueError):
@@ -124,7 +124,8 @@ def _publish(store, path, kind, label, contract, rows, test_fraction, seed, trig
     for row in rows:
         split = _split_of(row["id"], seed, test_fraction)
         splits[split].append({**row, "split": split} if "split" in contract.schema.names else row)
-    source_sha256 = _sha256_of(path)
+    # The project's own digests: a file's sha256, or a folder's over each file's path and sha256.
+    source_sha256 = sha256_file(path) if path.is_file() else content_digest(path)
     config = {"source": path.name, "source_sha256": source_sha256, "format": kind, "contract": contract.id,
               "test_fraction": test_fraction, "rejected": len(problems)}
     with tempfile.TemporaryDirectory(prefix="posttrain-import-") as tmp:
@@ -139,12 +140,3 @@ def _publish(store, path, kind, label, contract, rows, test_fraction, seed, trig
         rejects_file = path.with_name(f"{path.name}.rejected.jsonl")
         rejects_file.write_text("".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rejects))
     return Imported(dataset, counts, len(problems), rejects_file, problems)
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    for file in sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()):
-        with file.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    return digest.hexdigest()
