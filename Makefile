@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/posttrain pipeline --preset tiny
+	$(VENV)/bin/posttrain pipeline --spec specs/tiny.yaml
 
 # Lint (ruff: rules in pyproject.toml) and the layer contracts (import-linter) first: either fails the run.
 test: $(STAMP)

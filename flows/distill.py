@@ -20,7 +20,12 @@ from stages.evaluation.sampled import SampledEvalSettings, evaluate_sampled
 from stages.grpo.config import RewardSpec, default_general_rewards
 
 # The score a teacher's domain is judged by: what its own stage raised.
-HEADLINE = {"reasoning_rl": "arith/accuracy_sampled", "agentic_rl": "tool_success", "general_rl": "rule_compliance"}
+HEADLINE = {"reasoning_rl": "accuracy_sampled", "agentic_rl": "tool_success", "general_rl": "rule_compliance"}
+
+
+def headline(source: str, metrics: dict[str, float]) -> str:
+    """The metric a teacher's domain is judged by (reasoning: sampled accuracy, whatever its verifier's prefix)."""
+    return next(name for name in sorted(metrics) if name == HEADLINE[source] or name.endswith("/" + HEADLINE[source]))
 
 
 @dataclass(frozen=True)
@@ -78,11 +83,12 @@ def distill(config: DistillConfig, nproc: int = 1, eval_settings: DistillEvalSet
         trained = train_distill(config, nproc)
         after = {t.source: evaluate_domain(config.store, trained["checkpoint"], t, eval_settings, config.engine_url)
                  for t in config.teachers}
-    retention = {source: after[source][HEADLINE[source]] / teachers[source][HEADLINE[source]]
-                 if teachers[source][HEADLINE[source]] else float("nan") for source in teachers}
+    judged_by = {source: headline(source, teachers[source]) for source in teachers}
+    retention = {source: after[source][judged_by[source]] / teachers[source][judged_by[source]]
+                 if teachers[source][judged_by[source]] else float("nan") for source in teachers}
     publish_stage("distill", config, trained, by_teacher(before), by_teacher(after))
-    publish_retention_table({source: (HEADLINE[source], teachers[source][HEADLINE[source]],
-                                      before[source][HEADLINE[source]], after[source][HEADLINE[source]])
+    publish_retention_table({source: (judged_by[source], teachers[source][judged_by[source]],
+                                      before[source][judged_by[source]], after[source][judged_by[source]])
                              for source in teachers})
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
             "metrics_before": by_teacher(before), "metrics_after": by_teacher(after),

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from flows.spec import SPEC_DIR, PipelineSpec, load_spec, parse_spec, preset_path, read_document
+
 # The pipeline's stages in order (the ORM is trained as part of general RL's step).
 StageName = Literal["sft", "reasoning_rl", "agentic_rl", "general_rl", "distill"]
+# The presets: the spec files of specs/, offered as a choice.
+PresetName = Literal[tuple(sorted(path.stem for path in SPEC_DIR.glob("*.yaml")))]  # type: ignore[valid-type]
 
 
 class PipelineParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    preset: str = Field("tiny", description="Pipeline preset (flows/presets.py): model, data sizes, stage configs.")
-    seed: int = Field(0, description="Seed for every stage.")
-    store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
+    preset: PresetName = Field("tiny", description="A preset spec of specs/ (used when no spec is given).")
+    spec: str | None = Field(None, description="A pipeline spec: the path of its YAML or JSON file, or the spec "
+                                               "itself as YAML or JSON text. Overrides the preset.")
+    seed: int | None = Field(None, description="Seed for every stage; default the spec's.")
+    store: str | None = Field(None, description="Artifact store root; default the spec's, else $POSTTRAIN_STORE "
+                                                "or ./artifacts.")
     reports_dir: str = Field("artifacts/runs", description="Run reports: RUN_ID/summary.json, report.md, LATEST.")
     nproc: int = Field(1, ge=1, description="Trainer processes per stage on this machine.")
     from_stage: StageName | None = Field(None, description="Start at this stage; the ones before it are not run.")
@@ -33,3 +41,18 @@ class PipelineParams(BaseModel):
         if self.from_stage and self.to_stage and stages.index(self.to_stage) < stages.index(self.from_stage):
             raise ValueError(f"to_stage {self.to_stage} comes before from_stage {self.from_stage}")
         return self
+
+    def load_spec(self) -> tuple[str, PipelineSpec, Path]:
+        """(the spec's name, the spec with this run's seed and store, the folder its import paths start from)."""
+        if self.spec is None:
+            name, (spec, base) = self.preset, load_spec(preset_path(self.preset))
+        elif "\n" in self.spec or self.spec.lstrip().startswith("{"):  # a path has no newline; JSON text opens with {
+            name, base = "inline", Path.cwd()
+            spec = parse_spec(read_document(self.spec, "inline spec", json_text=self.spec.lstrip().startswith("{")),
+                              "inline spec")
+        else:
+            spec, base = load_spec(self.spec)
+            name = Path(self.spec).stem
+        overrides = {key: value for key, value in (("seed", self.seed), ("store", self.store)) if value is not None}
+        return name, spec.model_copy(update=overrides), base
+

@@ -21,23 +21,25 @@ def train_reasoning_rl(config: ReasoningRlConfig, nproc: int) -> dict:
 
 
 @task
-def evaluate_with_engine(store_root: str | None, checkpoint: str, arith_dataset: str,
+def evaluate_with_engine(store_root: str | None, checkpoint: str, dataset: str,
                          settings: SampledEvalSettings, engine_url: str | None = None) -> dict[str, float]:
-    return logged(checkpoint, evaluate_sampled(open_store(store_root), checkpoint, arith_dataset, settings, engine_url))
+    return logged(checkpoint, evaluate_sampled(open_store(store_root), checkpoint, dataset, settings, engine_url))
 
 
 @flow(name="reasoning_rl", log_prints=True)
-def reasoning_rl(config: ReasoningRlConfig, arith_dataset: str, nproc: int = 1,
+def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None, nproc: int = 1,
                  eval_settings: SampledEvalSettings | None = None) -> dict:
-    """GRPO + IcePop from `config.init_checkpoint`; held-out arith accuracy (greedy and sampled) before and after."""
+    """GRPO + IcePop from `config.init_checkpoint`; held-out accuracy (greedy and sampled) before and after,
+    on the test split of `eval_dataset` (default: the first of the config's datasets)."""
     config = with_flow_provenance(config)
     validate_stage_inputs(config, "reasoning_rl")
     eval_settings = eval_settings or SampledEvalSettings(seed=config.seed)
     with ExitStack() as stack:
         config = with_shared_engine(stack, config, nproc)
-        before = evaluate_with_engine(config.store, config.init_checkpoint, arith_dataset, eval_settings, config.engine_url)
+        eval_dataset = eval_dataset or config.datasets[0]
+        before = evaluate_with_engine(config.store, config.init_checkpoint, eval_dataset, eval_settings, config.engine_url)
         trained = train_reasoning_rl(config, nproc)
-        after = evaluate_with_engine(config.store, trained["checkpoint"], arith_dataset, eval_settings, config.engine_url)
+        after = evaluate_with_engine(config.store, trained["checkpoint"], eval_dataset, eval_settings, config.engine_url)
     publish_stage("reasoning_rl", config, trained, before, after)
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
             "metrics_before": before,

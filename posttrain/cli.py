@@ -15,6 +15,7 @@ from flows.params import PipelineParams
 from posttrain.data_cli import data_app
 from posttrain.model_options import model_options
 from posttrain.rewards_cli import rewards_app
+from posttrain.spec_cli import spec_app
 
 # Every process the CLI starts (a temporary Prefect server, the UI's server, stage jobs, engines) inherits
 # these: no analytics leave a training cluster unless its operator sets them otherwise.
@@ -24,6 +25,7 @@ for _name, _value in (("PREFECT_SERVER_ANALYTICS_ENABLED", "false"), ("DO_NOT_TR
 app = typer.Typer(help="GLM-5-style post-training pipeline.", no_args_is_help=True, add_completion=False)
 app.add_typer(rewards_app, name="rewards")
 app.add_typer(data_app, name="data")
+app.add_typer(spec_app, name="spec")
 console = Console()
 
 
@@ -36,7 +38,8 @@ class LineageFormat(StrEnum):
 
 @app.command()
 def lineage(
-    uri: str = typer.Argument(..., help="Artifact URI (file://…, s3://…) or a name inside the default store."),
+    uri: str = typer.Argument(..., help="Artifact URI (file://…, s3://…), a name inside the default store, or "
+                                        "STAGE:latest (that stage's newest checkpoint)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole ancestry as JSON instead of a tree."),
     verify: bool = typer.Option(
         False, "--verify",
@@ -49,13 +52,17 @@ def lineage(
     from botocore.exceptions import BotoCoreError, ClientError
 
     from infra.lineage import ancestry_dot, ancestry_json, ancestry_mermaid, load_ancestry, verify_ancestry
+    from infra.references import LATEST, resolve_checkpoint
     from infra.store import open_artifact, open_store
     from infra.store.errors import ArtifactStoreError
 
     if not debug:  # an unreachable store is retried for seconds; the one line after says why it failed
         logging.getLogger("infra.store.retry").setLevel(logging.ERROR)
     try:
-        resolved = uri if "://" in uri else open_store().open(uri).uri
+        if uri.endswith(LATEST) and "://" not in uri:  # STAGE:latest, the newest checkpoint of that stage
+            resolved = resolve_checkpoint(open_store(), uri, "URI")
+        else:
+            resolved = uri if "://" in uri else open_store().open(uri).uri
         root = load_ancestry(resolved, open_artifact)
         if root.error:  # the artifact itself could not be read: nothing to show
             raise ArtifactStoreError(root.error)
@@ -119,14 +126,21 @@ def prepare(
 def pipeline(params: PipelineParams) -> None:
     """Run the whole pipeline as a Prefect flow and write its report (what `make demo` runs).
 
-    Stages whose output is committed are skipped; a stage that failed resumes from its last committed step."""
+    The run is a spec file (--spec) or a preset's (--preset, specs/NAME.yaml). Stages whose output is
+    committed are skipped; a stage that failed resumes from its last committed step."""
     from flows.pipeline import pipeline as pipeline_flow
+    from flows.spec import SpecError
     from infra.launch import JOB_PREFIX
     from infra.scratch import private_temp, sweep
     from posttrain.ui import prefect_api
 
     workdir = Path(os.environ.get("POSTTRAIN_WORKDIR", "runs"))
     sweep(workdir.glob(f"*/{JOB_PREFIX}*"))  # scratch of stage jobs a killed run left behind
+    try:
+        params.load_spec()  # a bad spec is one line here, not a failed flow run
+    except SpecError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
     with private_temp(), prefect_api(workdir):
         summary = pipeline_flow(params)
     typer.echo(f"report: {summary['report']}")

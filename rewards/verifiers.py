@@ -3,34 +3,50 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from model.turns import score_turn
 from rewards.protocol import RewardSample
-from suites.answers import stated_integer
+from suites.answers import stated_answer, stated_integer
 from suites.arith import worked_steps
 
 
-class ArithExactMatch:
-    """1 when the reply states exactly the reference integer ("The answer is N."), else 0.
+def stated_matches(samples: Sequence[RewardSample], read: Callable[[str], object | None],
+                   same: Callable[[object, str], bool]) -> list[float | None]:
+    """1 where the reply states (`read`: "The answer is X." → X) what `same` finds equal to the reference,
+    else 0. A malformed turn (no closed reasoning, no stop token) scores 0: a reply the parser cannot
+    read has not stated anything. Samples without a reference cannot be scored: None."""
+    scores: list[float | None] = []
+    for sample in samples:
+        if sample.reference is None:
+            scores.append(None)
+            continue
+        turn = score_turn(sample.response, thinking=bool(sample.metadata.get("thinking", True)))
+        stated = read(turn.parsed.reply) if turn.format_valid else None
+        scores.append(float(stated is not None and same(stated, sample.reference)))
+    return scores
 
-    A malformed turn (no closed reasoning, no stop token) scores 0: a reply the parser cannot read
-    has not stated anything. Samples without a reference cannot be scored: None.
-    """
+
+class ArithExactMatch:
+    """1 when the reply states exactly the reference integer ("The answer is N."), else 0 (stated_matches)."""
 
     name = "arith_exact_match"
     version = "1"
 
     def __call__(self, samples: Sequence[RewardSample]) -> list[float | None]:
-        scores: list[float | None] = []
-        for sample in samples:
-            if sample.reference is None:
-                scores.append(None)
-                continue
-            turn = score_turn(sample.response, thinking=bool(sample.metadata.get("thinking", True)))
-            stated = stated_integer(turn.parsed.reply) if turn.format_valid else None
-            scores.append(float(stated is not None and stated == int(sample.reference)))
-        return scores
+        return stated_matches(samples, stated_integer, lambda stated, reference: stated == int(reference))
+
+
+class AnswerMatch:
+    """1 when the reply states the reference answer ("The answer is X."), compared without regard to case
+    or surrounding space, else 0 (stated_matches): exact match for a person's own prompts with answers."""
+
+    name = "answer_match"
+    version = "1"
+
+    def __call__(self, samples: Sequence[RewardSample]) -> list[float | None]:
+        return stated_matches(samples, stated_answer,
+                              lambda stated, reference: stated.casefold() == reference.strip().casefold())
 
 
 class FormatValid:

@@ -84,9 +84,24 @@ def import_dataset(store: ArtifactStore, path: Path, kind: str, *, name: str | N
         raise ImportFailed(f"--test-fraction {test_fraction}: between 0 and 1 (exclusive)")
     if not path.exists():
         raise ImportFailed(f"{path}: no such file or folder")
+    contract, label = IMPORTERS[kind][0], dataset_label(path, name)
+    rows, problems, rejects = convert_records(path, kind, label)
+    if problems and not skip_bad_rows:
+        more = f" (and {len(problems) - 1} more bad rows; --skip-bad-rows commits the others)" if len(problems) > 1 else ""
+        raise ImportFailed(problems[0] + more)
+    if not rows:
+        raise ImportFailed(f"{path}: no rows to import")
+    return _publish(store, path, kind, label, contract, rows, test_fraction, seed, triggered_by, problems, rejects)
+
+
+def dataset_label(path: Path, name: str | None) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+@-]", "-", name or (path.stem if path.is_file() else path.name))
+
+
+def convert_records(path: Path, kind: str, label: str) -> tuple[list[dict], list[str], list[dict]]:
+    """(the rows that fit the contract, a problem per bad row naming where and which field, the rejects)."""
     contract, convert = IMPORTERS[kind]
-    label = re.sub(r"[^A-Za-z0-9._=+@-]", "-", name or (path.stem if path.is_file() else path.name))
-    rows, wheres, problems, rejects = [], [], [], []
+    rows, problems, rejects = [], [], []
     for where, record in read_records(path):
         try:
             if isinstance(record, RowProblem):
@@ -101,13 +116,7 @@ def import_dataset(store: ArtifactStore, path: Path, kind: str, *, name: str | N
             rejects.append({"where": where, "problem": str(problem), "record": record if isinstance(record, dict) else None})
             continue
         rows.append(row)
-        wheres.append(where)
-    if problems and not skip_bad_rows:
-        more = f" (and {len(problems) - 1} more bad rows; --skip-bad-rows commits the others)" if len(problems) > 1 else ""
-        raise ImportFailed(problems[0] + more)
-    if not rows:
-        raise ImportFailed(f"{path}: no rows to import")
-    return _publish(store, path, kind, label, contract, rows, test_fraction, seed, triggered_by, problems, rejects)
+    return rows, problems, rejects
 
 
 def _split_field(contract) -> dict:

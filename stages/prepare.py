@@ -75,8 +75,9 @@ def training_conversations(datasets: list[CommittedArtifact], workdir: Path):
 
 
 def prepare(store: ArtifactStore, *, suites: list[str], sizes: SuiteSizes | dict[str, SuiteSizes], preset: str,
-            seed: int, triggered_by: str = "posttrain") -> Prepared:
-    """`sizes` is one size for every suite, or one per suite."""
+            seed: int, triggered_by: str = "posttrain", corpus: tuple[CommittedArtifact, ...] = ()) -> Prepared:
+    """`sizes` is one size for every suite, or one per suite. The tokenizer learns from the suites'
+    conversations and those of `corpus` (a person's imported chat@1 datasets)."""
     with tempfile.TemporaryDirectory(prefix="posttrain-prepare-") as tmp:
         workdir = Path(tmp)
         size_of = sizes if isinstance(sizes, dict) else dict.fromkeys(suites, sizes)
@@ -84,13 +85,16 @@ def prepare(store: ArtifactStore, *, suites: list[str], sizes: SuiteSizes | dict
                       for suite in suites}
         datasets = {suite: artifact for suite, (artifact, _) in published.items()}
 
-        tokenizer_local = build_tokenizer_dir(workdir / "tokenizer",
-                                              training_conversations(list(datasets.values()), workdir))
-        tokenizer_config = {"kind": "byte-level-bpe", "sources": [d.digest for d in datasets.values()]}
+        sources = [*datasets.values(), *corpus]
+        if not sources:
+            raise ValueError("a model preset's tokenizer learns from chat data: publish a suite or import chat data")
+        tokenizer_local = build_tokenizer_dir(workdir / "tokenizer", training_conversations(sources, workdir))
+        tokenizer_config = {"kind": "byte-level-bpe", "sources": [d.digest for d in sources]}
         tokenizer_artifact = publish_directory(
             store, f"tokenizers/glm5-bpe-{content_digest(tokenizer_local)[:12]}", tokenizer_local,
             _lineage("tokenizer", "glm5-bpe", tokenizer_config, seed, triggered_by,
-                     inputs=[data_input(d, rows, CHAT_V1.id) for d, rows in published.values()]),
+                     inputs=[*(data_input(d, rows, CHAT_V1.id) for d, rows in published.values()),
+                             *(data_input(d, None, CHAT_V1.id) for d in corpus)]),
         )
         tokenizer = load_tokenizer(tokenizer_local)
 

@@ -9,7 +9,7 @@ import pytest
 
 import rewards.verifiers
 from rewards import RewardModuleError, RewardSample, load_reward_module, reward_module_ref, score_batch
-from rewards.verifiers import ArithExactMatch, ArithStepPrefix, FormatValid
+from rewards.verifiers import AnswerMatch, ArithExactMatch, ArithStepPrefix, FormatValid
 from suites import arith
 
 PROMPT = ({"role": "user", "content": "Compute 2 + 3 * 4."},)
@@ -55,6 +55,18 @@ def test_arith_exact_match_needs_a_well_formed_turn_stating_the_reference():
     ])
     assert scores == [1.0, 0.0, 0.0, 0.0, None]
     assert FormatValid()([sample(good), sample(good.removesuffix("<|user|>"))]) == [1.0, 0.0]
+
+
+def test_answer_match_compares_the_stated_answer_with_any_reference_text():
+    stated = "Paris is the capital.</think>The answer is  paris .<|user|>"
+    scores = AnswerMatch()([
+        sample(stated, reference="Paris"),  # case and surrounding space do not count
+        sample(stated, reference="Lyon"),
+        sample(stated.removesuffix("<|user|>"), reference="Paris"),  # never stopped
+        sample("</think>Paris.<|user|>", reference="Paris"),  # not stated as the answer
+        sample(stated, reference=None),
+    ])
+    assert scores == [1.0, 0.0, 0.0, 0.0, None]
 
 
 def test_step_prefix_credits_the_worked_steps_up_to_the_first_mistake():

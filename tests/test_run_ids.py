@@ -6,8 +6,8 @@ import flows.pipeline as pipeline
 from data_contracts.lineage import source_digest
 from flows.params import PipelineParams
 
-PREPARED = {"datasets": {"arith": "file:///s/datasets/arith-1", "search": "file:///s/datasets/search-1",
-                         "calc": "file:///s/datasets/calc-1", "instruct": "file:///s/datasets/instruct-1"},
+PREPARED = {"stages": {"sft": ["file:///s/datasets/arith-1", "file:///s/datasets/calc-1",
+                               "file:///s/datasets/instruct-1", "file:///s/datasets/search-1"]},
             "init_checkpoint": "file:///s/checkpoints/init/glm5-tiny-1"}
 
 
@@ -17,12 +17,12 @@ def test_source_digest_is_stable_and_covers_what_it_names():
 
 
 def test_run_id_follows_config_inputs_and_code_but_not_the_store():
-    params = PipelineParams(preset="smoke")
-    base = pipeline.sft_config(params, PREPARED).run_id
-    assert pipeline.sft_config(params.model_copy(update={"store": "s3://elsewhere"}), PREPARED).run_id == base
-    assert pipeline.sft_config(params.model_copy(update={"seed": 1}), PREPARED).run_id != base
+    _, spec, _ = PipelineParams(preset="smoke").load_spec()
+    base = pipeline.sft_config(spec, PREPARED).run_id
+    assert pipeline.sft_config(spec.model_copy(update={"store": "s3://elsewhere"}), PREPARED).run_id == base
+    assert pipeline.sft_config(spec.model_copy(update={"seed": 1}), PREPARED).run_id != base
     other_init = dict(PREPARED, init_checkpoint="file:///s/checkpoints/init/glm5-tiny-2")
-    assert pipeline.sft_config(params, other_init).run_id != base
-    assert pipeline.sft_config(params, PREPARED, trainer_code=source_digest(*pipeline.TRAINER_CODE)).run_id == base
+    assert pipeline.sft_config(spec, other_init).run_id != base
+    assert pipeline.sft_config(spec, PREPARED, trainer_code=source_digest(*pipeline.TRAINER_CODE)).run_id == base
     assert "suites" in pipeline.TRAINER_CODE  # tool results and answer checks decide RL results too
-    assert pipeline.sft_config(params, PREPARED, trainer_code="an edited trainer").run_id != base
+    assert pipeline.sft_config(spec, PREPARED, trainer_code="an edited trainer").run_id != base

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from flows.params import PipelineParams
-from flows.presets import PIPELINE_PRESETS
+from flows.spec import SPEC_DIR, load_spec, recipe_fields
 from stages.agentic.config import AgenticRlConfig
 from stages.distill.config import DistillConfig
 from stages.grpo.config import GeneralRlConfig, ReasoningRlConfig
@@ -50,11 +50,14 @@ def test_each_stage_names_its_default_rewards_when_the_config_names_none():
 def test_every_preset_recipe_makes_a_valid_stage_config():
     configs = {"sft": SftConfig, "reasoning_rl": ReasoningRlConfig, "agentic_rl": AgenticRlConfig,
                "orm": TrainOrmConfig, "general_rl": GeneralRlConfig}
-    for preset in PIPELINE_PRESETS.values():
+    presets = sorted(SPEC_DIR.glob("*.yaml"))
+    assert {path.stem for path in presets} >= {"smoke", "tiny", "small"}
+    for path in presets:
+        spec, _ = load_spec(path)
         for stage, config_type in configs.items():
-            recipe = getattr(preset, stage)
-            if recipe is not None:
-                assert config_type(**IO, **recipe.model_dump(mode="json")).max_steps == recipe.max_steps
+            section = getattr(spec.stages, stage)
+            if section is not None:
+                assert config_type(**IO, **recipe_fields(section)).max_steps == section.max_steps
 
 
 @pytest.mark.parametrize("path, reason", [

@@ -8,7 +8,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from data_contracts import CHAT_V1, PROMPT_V1
+from data_contracts.contract import Contract
 from data_contracts.conversation import messages_from_records
+from infra.publish import published_contract
+from infra.store import CommittedArtifact
 from rollout.trajectory import prompt_ids
 from suites.answers import stated_answer
 
@@ -60,3 +64,13 @@ def general_prompts(rows: Sequence[Mapping], tokenizer) -> list[RlPrompt]:
         prompts.append(RlPrompt(row["id"], messages, row["reference_answer"],
                                 prompt_ids(tokenizer, list(messages), None), metadata))
     return prompts
+
+
+def prompt_contract(dataset: CommittedArtifact) -> Contract:
+    """How a dataset's rows are read as prompts: prompt@1 as published, anything else as chat@1."""
+    return PROMPT_V1 if published_contract(dataset) == PROMPT_V1.id else CHAT_V1
+
+
+def parse_prompts(rows: Sequence[Mapping], contract: Contract, tokenizer) -> list[RlPrompt]:
+    """prompt@1 rows with their reference answer and metadata; chat@1 rows up to their first reply."""
+    return general_prompts(rows, tokenizer) if contract is PROMPT_V1 else rl_prompts(rows, tokenizer)

@@ -11,12 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_contracts import CHAT_V1, PROMPT_V1
-from infra.publish import published_contract
 from infra.store import ArtifactStore
 from stages.agentic.data import agent_task_rows
 from stages.common.inputs import load_split
-from stages.common.prompts import RlPrompt, general_prompts, rl_prompts
+from stages.common.prompts import RlPrompt, parse_prompts, prompt_contract
 from stages.distill.config import TeacherSpec
 
 
@@ -46,11 +44,11 @@ def teacher_prompts(store: ArtifactStore, teachers: Sequence[TeacherSpec], token
         for index, uri in enumerate(teacher.datasets):
             dataset = store.open(uri)
             local = workdir / "prompts" / teacher.source / str(index)
-            contract = PROMPT_V1 if published_contract(dataset) == PROMPT_V1.id else CHAT_V1
+            contract = prompt_contract(dataset)
             rows = load_split([dataset], "train", local, contract)
             if len(rows) > limit:
                 rows = random.Random(f"distill-prompts:{seed}:{teacher.source}:{index}").sample(rows, limit)
-            parsed = general_prompts(rows, tokenizer) if contract is PROMPT_V1 else rl_prompts(rows, tokenizer)
+            parsed = parse_prompts(rows, contract, tokenizer)
             mine += [RlPrompt(p.id, p.messages, p.reference, p.prompt_ids, {**p.metadata, "teacher": teacher.source})
                      for p in parsed]
         if not mine:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from data_contracts import EVAL_V1, write_parquet
@@ -19,9 +20,12 @@ from model.dsa import install_dsa_indexers, set_dense_attention
 from model.presets import load_model
 from model.tokenizer import load_tokenizer
 from stages.common.inputs import load_split
+from stages.evaluation.chat_replies import evaluate_replies
 from stages.evaluation.evaluate import SUITES as EVALUATED_SUITES
 from stages.evaluation.evaluate import evaluate
+from stages.evaluation.generation import greedy_generator
 from stages.evaluation.report import eval_rows
+from suites.prepare import SUITES as EMBEDDED_SUITES
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,10 @@ def evaluate_checkpoint(
 ) -> dict[str, dict[str, float]]:
     """{attention: metrics} for the checkpoint, committed as `evals/<checkpoint>-<settings>`."""
     checkpoint = store.open(checkpoint_uri)
-    datasets = {suite: store.open(uri) for suite, uri in dataset_uris.items() if suite in EVALUATED_SUITES}
+    # The embedded suites without an evaluator of their own (calc, instruct, chat) are measured by later
+    # stages; every other dataset is a person's own chat data, asked its questions (chat_replies.py).
+    datasets = {name: store.open(uri) for name, uri in dataset_uris.items()
+                if name in EVALUATED_SUITES or name not in EMBEDDED_SUITES}
     config = {"settings": asdict(settings), "attention": list(attention), "checkpoint": checkpoint.digest,
               "datasets": {suite: d.digest for suite, d in datasets.items()}}
 
@@ -51,16 +58,28 @@ def evaluate_checkpoint(
         model, tokenizer = load_model(local).eval(), load_tokenizer(local)
         install_dsa_indexers(model)
         caps = {"search": settings.search_episodes}
-        rows = {suite: load_split([dataset], "test", workdir / suite)[: caps.get(suite)]
-                for suite, dataset in datasets.items()}
+        rows = {name: load_split([dataset], "test", workdir / name)[: caps.get(name)]
+                for name, dataset in datasets.items()}
+        suites = {name: suite_rows for name, suite_rows in rows.items() if name in EVALUATED_SUITES}
         results, all_rows = {}, []
         for mode in attention:
             set_dense_attention(model, dense=mode == "dense", score_keys=mode != "dense")
-            report = evaluate(model, tokenizer, rows, seed=settings.seed, limit_per_suite=settings.limit_per_suite,
-                              batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
-                              max_turns=settings.max_turns)
-            results[mode] = report.metrics
-            all_rows += [dict(row, metric=f"{row['metric']}@{mode}") for row in eval_rows(report, checkpoint.uri, "test")]
+            results[mode] = {}
+            if suites:
+                report = evaluate(model, tokenizer, suites, seed=settings.seed, limit_per_suite=settings.limit_per_suite,
+                                  batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
+                                  max_turns=settings.max_turns)
+                results[mode] |= report.metrics
+                all_rows += [dict(row, metric=f"{row['metric']}@{mode}") for row in eval_rows(report, checkpoint.uri, "test")]
+            generate = greedy_generator(model, tokenizer, settings.max_new_tokens)
+            created_at = datetime.now(UTC).isoformat(timespec="seconds")
+            for name in sorted(set(rows) - set(suites)):
+                held_out = rows[name][: settings.limit_per_suite]
+                metrics = evaluate_replies(held_out, generate, batch_size=settings.batch_size)
+                results[mode] |= {f"{name}/{metric}": value for metric, value in metrics.items()}
+                all_rows += [{"checkpoint_uri": checkpoint.uri, "suite": name, "metric": f"{metric}@{mode}",
+                              "split": "test", "value": value, "n": len(held_out), "created_at": created_at}
+                             for metric, value in metrics.items()]
         return results, all_rows
 
     return committed_eval(store, checkpoint, list(datasets.values()), config, settings.seed, run)

@@ -1,4 +1,4 @@
-"""Held-out arith accuracy of a committed checkpoint through a rollout engine, committed as eval@1.
+"""Held-out accuracy of a committed checkpoint through a rollout engine, committed as eval@1.
 
 Reasoning RL's yardstick: greedy accuracy and the mean over k samples at the training temperature.
 """
@@ -14,8 +14,9 @@ from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
 from rollout.process import engine_serving
 from stages.common.inputs import load_split
+from stages.common.prompts import parse_prompts, prompt_contract
 from stages.evaluation.committed import committed_eval
-from stages.evaluation.sampled_arith import sampled_arith_accuracy
+from stages.evaluation.sampled_accuracy import VERIFIERS, sampled_accuracy
 
 MODE = "engine"  # how these metrics are keyed in the eval record (the SFT eval's are "sparse"/"dense")
 
@@ -29,27 +30,30 @@ class SampledEvalSettings:
     seed: int = 0
 
 
-def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, arith_dataset_uri: str,
+def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, dataset_uri: str,
                      settings: SampledEvalSettings, engine_url: str | None = None) -> dict[str, float]:
     """Evaluate on the engine at `engine_url` (made to serve the checkpoint first), or on one started here.
 
     Every sampled request carries its own seed, so a shared engine gives the same numbers as a fresh one.
     """
-    checkpoint, dataset = store.open(checkpoint_uri), store.open(arith_dataset_uri)
-    config = {"kind": "sampled_arith", "settings": asdict(settings), "checkpoint": checkpoint.digest,
+    checkpoint, dataset = store.open(checkpoint_uri), store.open(dataset_uri)
+    contract = prompt_contract(dataset)
+    domain, verifier = VERIFIERS[contract.name]
+    config = {"kind": f"sampled_{domain}", "settings": asdict(settings), "checkpoint": checkpoint.digest,
               "dataset": dataset.digest}
 
     def run(workdir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
         tokenizer = load_tokenizer(checkpoint.download(workdir / "checkpoint"))
-        rows = load_split([dataset], "test", workdir / "arith")[: settings.prompts]
+        rows = load_split([dataset], "test", workdir / domain, contract)[: settings.prompts]
         with ExitStack() as stack:
             client = engine_serving(stack, checkpoint.uri, engine_url, workdir / "engine.log", settings.seed)
-            metrics = sampled_arith_accuracy(
-                client, tokenizer, rows, samples_per_prompt=settings.samples_per_prompt,
-                temperature=settings.temperature, max_new_tokens=settings.max_new_tokens, seed=settings.seed,
+            metrics = sampled_accuracy(
+                client, tokenizer, parse_prompts(rows, contract, tokenizer), verifier(), domain,
+                samples_per_prompt=settings.samples_per_prompt, temperature=settings.temperature,
+                max_new_tokens=settings.max_new_tokens, seed=settings.seed,
             )
         created_at = datetime.now(UTC).isoformat(timespec="seconds")
-        eval_rows = [{"checkpoint_uri": checkpoint.uri, "suite": "arith", "metric": name.split("/", 1)[1],
+        eval_rows = [{"checkpoint_uri": checkpoint.uri, "suite": domain, "metric": name.split("/", 1)[1],
                       "split": "test", "value": value, "n": len(rows), "created_at": created_at}
                      for name, value in metrics.items()]
         return {MODE: metrics}, eval_rows

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from data_contracts import PROMPT_V1
+from data_contracts import CHAT_V1, PROMPT_V1
 from rewards.loading import RewardModuleError, resolve_reward_target
 from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
@@ -88,10 +88,15 @@ def default_general_rewards() -> list[RewardSpec]:
 
 
 class ReasoningRlConfig(GrpoRecipe, StageIO):
-    """GRPO on the arith prompts of chat@1 datasets, scored by verifiers (default: exact match)."""
+    """GRPO on prompts with reference answers (chat@1 or prompt@1 datasets), scored by verifiers
+    (default: exact match)."""
 
     stage_name: ClassVar[str] = "reasoning_rl"
     entry_module: ClassVar[str] = "stages.grpo.reasoning"
+
+    @classmethod
+    def accepts_contract(cls, contract_id: str | None) -> bool:
+        return contract_id in (CHAT_V1.id, PROMPT_V1.id)
 
     @model_validator(mode="after")
     def _stage_defaults(self):

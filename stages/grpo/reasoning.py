@@ -1,20 +1,26 @@
 """Reasoning RL: `python -m stages.grpo.reasoning --config run.json`, alone or under torchrun / deepspeed.
 
-GRPO + IcePop (stages/grpo/loss.py) on the arith prompts of chat@1 datasets, scored by verifier
-rewards; the loop is stages/grpo/loop.py, shared with general RL.
+GRPO + IcePop (stages/grpo/loss.py) on prompts with a reference answer — chat@1 rows whose reply
+states it, or prompt@1 rows that carry it — scored by verifier rewards; the loop is
+stages/grpo/loop.py, shared with general RL.
 """
 
 from __future__ import annotations
 
 from stages.common.inputs import StageInputs, load_split, stage_main
-from stages.common.prompts import rl_prompts
+from stages.common.prompts import parse_prompts, prompt_contract
 from stages.grpo.config import ReasoningRlConfig
 from stages.grpo.loop import run_grpo
 
 
 def train(config: ReasoningRlConfig, stage: StageInputs) -> str:
     tokenizer = stage.tokenizer()
-    return run_grpo(config, stage, rl_prompts(load_split(stage.datasets, "train", stage.workdir), tokenizer), tokenizer)
+    prompts = []
+    for index, dataset in enumerate(stage.datasets):
+        contract = prompt_contract(dataset)
+        rows = load_split([dataset], "train", stage.workdir / f"prompts-{index}", contract)
+        prompts += parse_prompts(rows, contract, tokenizer)
+    return run_grpo(config, stage, prompts, tokenizer)
 
 
 def main(argv: list[str] | None = None) -> None:

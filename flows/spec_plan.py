@@ -1,0 +1,82 @@
+"""What a spec would do, worked out without running anything: `posttrain spec check`.
+
+Every reference is resolved (store names, `NAME:latest`, URIs) and every local file to import is read
+and converted as the importer would, so a spec that checks clean fails at no input when it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flows.spec import PipelineSpec
+from infra.references import UnresolvedReference, resolve_checkpoint, resolve_dataset
+from infra.store import open_store
+from stages.import_data import convert_records, dataset_label
+
+PIPELINE_ORDER = ("sft", "reasoning_rl", "agentic_rl", "orm", "general_rl", "distill")
+
+
+@dataclass
+class StagePlan:
+    stage: str
+    runs: bool
+    starts_from: str = ""
+    inputs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    model: str
+    data: list[str]
+    stages: list[StagePlan]
+    problems: list[str]
+
+
+def plan_spec(spec: PipelineSpec, base: Path) -> Plan:
+    store = open_store(spec.store)
+    problems: list[str] = []
+    data = [f"{suite}: embedded suite, train {sizes.train} / test {sizes.test} (published by the run)"
+            for suite, sizes in spec.data.suites.items()]
+    for name, entry in spec.data.imports.items():
+        path = Path(entry.path) if Path(entry.path).is_absolute() else base / entry.path
+        if not path.exists():
+            problems.append(f"data.imports.{name}.path: {path}: no such file or folder")
+            continue
+        rows, bad, _ = convert_records(path, entry.kind, dataset_label(path, name))
+        data.append(f"{name}: {path} as {entry.kind}, {len(rows)} rows" + (f", {len(bad)} bad" if bad else ""))
+        if bad and not entry.skip_bad_rows:
+            problems.append(f"data.imports.{name}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+        elif not rows:
+            problems.append(f"data.imports.{name}: {path}: no rows to import")
+
+    def checked(resolve, reference: str, where: str) -> str:
+        try:
+            return resolve(store, reference, where)
+        except UnresolvedReference as error:
+            problems.append(str(error))
+            return f"{reference} (unresolved)"
+
+    if spec.model.preset is not None:
+        model = f"model preset {spec.model.preset}, built by the run"
+    else:
+        model = checked(resolve_checkpoint, spec.model.checkpoint, "model.checkpoint")
+
+    stages, previous = [], "the initial model"
+    for stage in PIPELINE_ORDER:
+        section = getattr(spec.stages, stage)
+        if section is None:
+            stages.append(StagePlan(stage, runs=False))
+            continue
+        if stage == "distill":
+            inputs = [f"teacher {teacher} (share {section.shares.get(teacher, 1)})" for teacher in spec.teacher_stages()]
+        else:
+            inputs = [reference if reference in spec.data.suites or reference in spec.data.imports
+                      else checked(resolve_dataset, reference, f"stages.{stage}.datasets[{index}]")
+                      for index, reference in enumerate(section.datasets)]
+        trunk = "the sft checkpoint" if spec.stages.sft is not None else "the initial model"
+        starts_from = f"{trunk} (the reward model's trunk)" if stage == "orm" else previous
+        stages.append(StagePlan(stage, runs=True, starts_from=starts_from, inputs=inputs))
+        if stage != "orm":
+            previous = f"the {stage} checkpoint"
+    return Plan(model, data, stages, problems)
