@@ -30,7 +30,7 @@ def agentic_rl(config: AgenticRlConfig, nproc: int = 1, eval_settings: AgenticEv
 
     The stage starts its engine replicas and task services itself and stops them when it ends."""
     config = with_flow_provenance(config)
-    validate_stage_inputs(config, "agentic_rl")
+    config = validate_stage_inputs(config, "agentic_rl")
     eval_settings = eval_settings or AgenticEvalSettings(seed=config.data_seed)
     tasks = sorted(config.tasks)
     before = evaluate_tool_tasks(config.store, config.init_checkpoint, config.datasets, tasks, eval_settings)

@@ -40,6 +40,20 @@ def publish_retention_table(scores: dict[str, tuple[str, float, float, float]]) 
     create_table_artifact(table=rows, key="distill-retention", description="distill: what the student keeps of each teacher")
 
 
+def publish_pipeline_summary(summary: dict, report_uri: str) -> None:
+    """The pipeline run's page: every stage's checkpoint and its metrics before and after, in one table."""
+    rows = []
+    for stage in summary["stages"]:
+        before, after = stage["metrics_before"], stage["metrics_after"]
+        for index, name in enumerate(sorted(after)):
+            rows.append({"stage": stage["stage"] if index == 0 else "", "metric": name,
+                         "before": round(before.get(name, float("nan")), 4), "after": round(after[name], 4),
+                         "checkpoint": stage["checkpoint"] if index == 0 else ""})
+    create_table_artifact(table=rows, key="pipeline-summary",
+                          description=f"run {summary['run_id']} ({summary['preset']}): every stage's held-out metrics "
+                                      f"before and after, and its checkpoint; report: {report_uri}")
+
+
 def publish_lineage_card(stage: str, checkpoint_uri: str, lineage: Lineage) -> None:
     lines = [
         f"## {stage}: {lineage.name}",

@@ -72,7 +72,7 @@ def distill(config: DistillConfig, nproc: int = 1, eval_settings: DistillEvalSet
     """On-policy distillation of every teacher into the student; per teacher domain: the teacher's score,
     the student's before and after, and the share of the teacher's score the student keeps."""
     config = with_flow_provenance(config)
-    validate_stage_inputs(config, "distill")
+    config = validate_stage_inputs(config, "distill")
     eval_settings = eval_settings or DistillEvalSettings()
     with ExitStack() as stack:
         config = with_shared_engine(stack, config, nproc)

@@ -30,7 +30,7 @@ def evaluate_rules_and_rewards(config: GeneralRlConfig, checkpoint: str, setting
 def general_rl(config: GeneralRlConfig, nproc: int = 1, eval_settings: GeneralEvalSettings | None = None) -> dict:
     """GRPO + IcePop with the configured (by default mixed) reward; held-out rule compliance and reward before and after."""
     config = with_flow_provenance(config)
-    validate_stage_inputs(config, "general_rl")
+    config = validate_stage_inputs(config, "general_rl")
     eval_settings = eval_settings or GeneralEvalSettings(seed=config.seed)
     with ExitStack() as stack:
         config = with_shared_engine(stack, config, nproc)

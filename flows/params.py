@@ -24,7 +24,9 @@ class PipelineParams(BaseModel):
     seed: int | None = Field(None, description="Seed for every stage; default the spec's.")
     store: str | None = Field(None, description="Artifact store root; default the spec's, else $POSTTRAIN_STORE "
                                                 "or ./artifacts.")
-    reports_dir: str = Field("artifacts/runs", description="Run reports: RUN_ID/summary.json, report.md, LATEST.")
+    reports_dir: str | None = Field(None, description="Where this machine keeps run reports (RUN_ID/summary.json, "
+                                                      "report.md, LATEST); default the store's runs folder. "
+                                                      "The report is committed into the store as well.")
     nproc: int = Field(1, ge=1, description="Trainer processes per stage on this machine.")
     from_stage: StageName | None = Field(None, description="Start at this stage; the ones before it are not run.")
     to_stage: StageName | None = Field(None, description="Stop after this stage; the ones after it are not run.")

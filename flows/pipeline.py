@@ -9,6 +9,8 @@ trunk, distillation's teachers) is read from that checkpoint's lineage.
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import tempfile
 import time
@@ -16,23 +18,26 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import get_args
+from urllib.parse import unquote, urlsplit
 
 from prefect import flow, task
 
 from data_contracts import CHAT_V1, PREFERENCE_V1, PROMPT_V1
 from data_contracts.lineage import Lineage, config_digest, source_digest
 from flows.agentic_rl import agentic_rl
+from flows.cards import publish_pipeline_summary
 from flows.distill import DistillEvalSettings, distill
 from flows.general_rl import general_rl
 from flows.params import PipelineParams, StageName
 from flows.reasoning_rl import reasoning_rl
-from flows.report import write_report
+from flows.report import commit_report, write_report
 from flows.sft import evaluate, sft
 from flows.spec import ImportSpec, PipelineSpec, SpecError, recipe_fields
 from flows.stage_ancestry import stage_outputs
 from flows.train_orm import train_orm
 from infra.references import resolve_checkpoint, resolve_dataset
 from infra.store import open_store
+from model.checks import DSA_ARCHITECTURE, ModelCheckError
 from stages.agentic.config import AgenticRecipe, AgenticRlConfig
 from stages.distill.config import DistillConfig, TeacherSpec
 from stages.evaluation.agentic import AgenticEvalSettings
@@ -42,7 +47,7 @@ from stages.evaluation.sampled import SampledEvalSettings
 from stages.grpo.config import GeneralRlConfig, ReasoningRlConfig, RewardSpec, mix_with_orm
 from stages.import_data import ImportFailed, import_dataset
 from stages.orm.config import TrainOrmConfig
-from stages.prepare import prepare, publish_preferences, publish_prompts, publish_suite
+from stages.prepare import import_checkpoint, prepare, publish_preferences, publish_prompts, publish_suite
 from stages.sft.config import SftConfig
 
 
@@ -66,7 +71,8 @@ def prepare_data(spec: PipelineSpec, base: Path, triggered_by: str = "posttrain 
         else:
             chat = {suite: publish_suite(store, suite, sizes, spec.seed, Path(workdir), triggered_by)[0].uri
                     for suite, sizes in suites.items()}
-            init = resolve_checkpoint(store, spec.model.checkpoint, "model.checkpoint")
+            init = (import_model(store, spec, base, triggered_by) if spec.model.path is not None
+                    else resolve_checkpoint(store, spec.model.checkpoint, "model.checkpoint"))
         # An embedded suite stands for the data of the contract the stage reads.
         publishers = {CHAT_V1.id: lambda suite: chat[suite],
                       PROMPT_V1.id: lambda suite: publish_prompts(store, suite, suites[suite], spec.seed, Path(workdir),
@@ -85,6 +91,14 @@ def prepare_data(spec: PipelineSpec, base: Path, triggered_by: str = "posttrain 
                  for stage, section in spec.stages if section is not None and hasattr(section, "datasets")}
     return {"stages": {stage: sorted(uris.values()) for stage, uris in named.items()},
             "evaluated": chat | named.get("sft", {}), "init_checkpoint": init}
+
+
+def import_model(store, spec: PipelineSpec, base: Path, triggered_by: str) -> str:
+    path = Path(spec.model.path) if Path(spec.model.path).is_absolute() else base / spec.model.path
+    try:
+        return import_checkpoint(store, path, spec.seed, triggered_by).uri
+    except ModelCheckError as error:
+        raise SpecError(f"model.path: {error}") from None
 
 
 def import_spec(store, name: str, entry: ImportSpec, base: Path, seed: int, triggered_by: str) -> str:
@@ -207,6 +221,9 @@ def pipeline(params: PipelineParams) -> dict:
     runs = {stage: first <= STAGES.index(stage) <= last and getattr(spec.stages, stage) is not None for stage in STAGES}
     stages, histories, extra_columns = [], {}, {}
     evals = stage_evals(spec)
+    notes = model_notes(open_store(spec.store), outputs["init"])
+    for note in notes:
+        print(note)
 
     def finished(stage: str, result: dict, stage_started: float) -> None:
         stages.append(stage_record(stage, result, stage_started))
@@ -272,10 +289,33 @@ def pipeline(params: PipelineParams) -> dict:
         extra_columns["distill"] = {"teacher": result["teacher_scores"]}
 
     summary = {"run_id": run_id, "preset": name, "seed": spec.seed, "from_stage": params.from_stage,
-               "to_stage": params.to_stage,
+               "to_stage": params.to_stage, "notes": notes,
                "wall_s": round(time.monotonic() - started, 1), "stages": stages}
-    report = write_report(Path(params.reports_dir) / run_id, summary, histories, extra_columns)
-    return {**summary, "report": str(report)}
+    store = open_store(spec.store)
+    run_dir = Path(params.reports_dir or reports_folder(store)) / run_id
+    report = write_report(run_dir, summary, histories, extra_columns)
+    committed = commit_report(store, run_dir, summary)
+    publish_pipeline_summary(summary, committed.uri)
+    return {**summary, "report": str(report), "report_uri": committed.uri}
+
+
+def reports_folder(store) -> Path:
+    """Where a run's report is written on this machine: beside a local store's artifacts (./artifacts/runs
+    for the default store), under the working directory for a remote one."""
+    root = store.root_uri
+    if root.startswith("file://"):
+        return Path(unquote(urlsplit(root).path)) / "runs"
+    return Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / "reports"
+
+
+def model_notes(store, checkpoint: str) -> list[str]:
+    """What the report says about the model the run starts from: a model without DSA's indexer trains
+    with the DSA steps skipped."""
+    architectures = json.loads(store.open(checkpoint).read_bytes("config.json")).get("architectures") or []
+    if DSA_ARCHITECTURE in architectures:
+        return []
+    return [f"The model ({', '.join(architectures) or 'unnamed architecture'}) has no DSA indexer: the DSA steps "
+            "(indexer warm-up, sparse attention) were skipped, and its sparse and dense evaluations are the same."]
 
 
 def stage_evals(spec: PipelineSpec) -> dict:

@@ -32,7 +32,7 @@ def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None, npr
     """GRPO + IcePop from `config.init_checkpoint`; held-out accuracy (greedy and sampled) before and after,
     on the test split of `eval_dataset` (default: the first of the config's datasets)."""
     config = with_flow_provenance(config)
-    validate_stage_inputs(config, "reasoning_rl")
+    config = validate_stage_inputs(config, "reasoning_rl")
     eval_settings = eval_settings or SampledEvalSettings(seed=config.seed)
     with ExitStack() as stack:
         config = with_shared_engine(stack, config, nproc)

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import matplotlib
 
+from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
+from infra.publish import parent_ref, publish_directory
+from infra.store import ArtifactStore, CommittedArtifact
+
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -56,7 +60,8 @@ def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = [f"# posttrain run {summary['run_id']}", "",
-             f"preset `{summary['preset']}`, wall time {summary['wall_s']:.0f} s", ""]
+             f"preset `{summary['preset']}`, wall time {summary['wall_s']:.0f} s", "",
+             *(f"> {note}\n" for note in summary.get("notes", []))]
     for stage in summary["stages"]:
         name = stage["stage"]
         lines += [f"## {name}", "", f"- checkpoint: `{stage['checkpoint']}`",
@@ -74,3 +79,14 @@ def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
     report.write_text("\n".join(lines))
     (run_dir.parent / "LATEST").write_text(summary["run_id"] + "\n")
     return report
+
+
+def commit_report(store: ArtifactStore, run_dir: Path, summary: dict) -> CommittedArtifact:
+    """The report's folder committed into the run's own store as `reports/<run_id>`, each stage's
+    checkpoint a parent: whoever reads the store reads the report with it."""
+    checkpoints = [store.open(stage["checkpoint"]) for stage in summary["stages"]]
+    config = {key: summary[key] for key in ("preset", "seed", "from_stage", "to_stage")}
+    lineage = Lineage(kind="report", name=f"run {summary['run_id']}", config=config, config_sha256=config_digest(config),
+                      parents=[parent_ref(checkpoint, "evaluated") for checkpoint in checkpoints], seed=summary["seed"],
+                      code=current_code_version(), libraries=library_versions(), triggered_by="posttrain pipeline")
+    return publish_directory(store, f"reports/{summary['run_id']}", run_dir, lineage)

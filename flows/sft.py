@@ -29,7 +29,7 @@ def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None, npro
         eval_settings: EvalSettings | None = None) -> dict:
     """Train, then evaluate before/after (sparse and dense attention) on the held-out splits."""
     config = with_flow_provenance(config)
-    validate_stage_inputs(config, "sft")
+    config = validate_stage_inputs(config, "sft")
     eval_settings = eval_settings or EvalSettings()
     suites = datasets_by_suite or {}
     before = evaluate(config.store, config.init_checkpoint, suites, eval_settings, ("sparse",))

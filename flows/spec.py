@@ -39,9 +39,12 @@ def dataset_refs():
 
 
 class ModelSource(BaseModel):
-    """Where the initial checkpoint comes from: exactly one of a model preset or a committed checkpoint."""
+    """Where the initial checkpoint comes from: exactly one of a local Hugging Face directory, a model
+    preset, or a committed checkpoint."""
 
     model_config = STRICT
+    path: str | None = Field(None, description="A local Hugging Face checkpoint of GLM-5's architecture with GLM's "
+                                               "tokenizer (relative to the spec's folder unless absolute).")
     preset: str | None = Field(None, description="A model preset (model/presets.py), built with a tokenizer "
                                                  "trained on the run's chat data.")
     checkpoint: str | None = Field(None, description="A committed checkpoint: init:latest, a name inside the store, "
@@ -49,9 +52,9 @@ class ModelSource(BaseModel):
 
     @model_validator(mode="after")
     def _exactly_one(self):
-        given = [name for name in ("preset", "checkpoint") if getattr(self, name) is not None]
+        given = [name for name in ("path", "preset", "checkpoint") if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of preset or checkpoint (got {', '.join(given) or 'neither'})")
+            raise ValueError(f"give exactly one of path, preset or checkpoint (got {', '.join(given) or 'neither'})")
         return self
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from flows.spec import PipelineSpec
 from infra.references import UnresolvedReference, resolve_checkpoint, resolve_dataset
 from infra.store import open_store
+from model.checks import ModelCheckError, check_model_dir
 from stages.import_data import convert_records, dataset_label
 
 PIPELINE_ORDER = ("sft", "reasoning_rl", "agentic_rl", "orm", "general_rl", "distill")
@@ -59,6 +60,14 @@ def plan_spec(spec: PipelineSpec, base: Path) -> Plan:
 
     if spec.model.preset is not None:
         model = f"model preset {spec.model.preset}, built by the run"
+    elif spec.model.path is not None:
+        path = Path(spec.model.path) if Path(spec.model.path).is_absolute() else base / spec.model.path
+        try:
+            checked = check_model_dir(path)
+            model = f"{path}: {checked.architecture}" + ("" if checked.has_dsa else " (no DSA indexer: DSA steps skipped)")
+        except ModelCheckError as error:
+            problems.append(f"model.path: {error}")
+            model = f"{path} (refused)"
     else:
         model = checked(resolve_checkpoint, spec.model.checkpoint, "model.checkpoint")
 

@@ -23,7 +23,7 @@ def train_reward_model(config: TrainOrmConfig, nproc: int) -> dict:
 def train_orm(config: TrainOrmConfig, nproc: int = 1) -> dict:
     """A scalar-head ORM on preference@1 pairs (Bradley–Terry); held-out pairwise accuracy, overall and per domain."""
     config = with_flow_provenance(config)
-    validate_stage_inputs(config, "train_orm")
+    config = validate_stage_inputs(config, "train_orm")
     trained = train_reward_model(config, nproc)
     lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
     after = {name: value for name, value in lineage.eval_summary.items() if "accuracy" in name}

@@ -7,6 +7,7 @@ twice with the same settings commits nothing new and returns the same URIs.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from data_contracts.conversation import messages_from_records
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
 from infra.publish import content_digest, data_input, parent_ref, publish_directory
 from infra.store import ArtifactStore, CommittedArtifact
+from model.checks import check_model_dir
 from model.presets import build_model
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
 from suites.prepare import SuiteSizes, preference_splits, prompt_splits, suite_splits
@@ -113,3 +115,16 @@ def prepare(store: ArtifactStore, *, suites: list[str], sizes: SuiteSizes | dict
         parameters = sum(p.numel() for p in model.parameters())
     return Prepared(datasets, {s: rows for s, (_, rows) in published.items()}, tokenizer_artifact, checkpoint,
                     parameters)
+
+
+def import_checkpoint(store: ArtifactStore, path: Path, seed: int, triggered_by: str = "posttrain") -> CommittedArtifact:
+    """A person's local Hugging Face checkpoint, checked (model/checks.py: refused naming what is missing)
+    and committed as an initial checkpoint, named by its content; its lineage records where it came from,
+    its architecture and whether it has DSA's indexer."""
+    checked = check_model_dir(path)
+    digest = content_digest(path)
+    label = re.sub(r"[^A-Za-z0-9._=+@-]", "-", path.resolve().name)
+    config = {"source": path.resolve().name, "source_digest": digest, "architecture": checked.architecture,
+              "dsa": checked.has_dsa}
+    return publish_directory(store, f"checkpoints/init/{label}-{digest[:12]}", path,
+                             _lineage("checkpoint", f"{label} init", config, seed, triggered_by))

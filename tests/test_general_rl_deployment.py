@@ -17,6 +17,7 @@ from infra.ports import free_port
 from infra.store import open_store
 from stages.prepare import publish_prompts
 from suites.prepare import SuiteSizes
+from tests.sft_fixtures import run_sft, small_config
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -81,14 +82,30 @@ def _retrying_503(request, attempts: int = 6):
     return response
 
 
-def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(served, small_store):
+def _finished_state(api: str, run_id: str) -> dict:
+    deadline, state = time.monotonic() + 600, None
+    while time.monotonic() < deadline:
+        state = _retrying_503(lambda: requests.get(f"{api}/flow_runs/{run_id}", timeout=10, auth=AUTH)).json()["state"]
+        if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return state
+        time.sleep(2)
+    raise TimeoutError(f"flow run {run_id} still {state}")
+
+
+def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(served, small_store, tmp_path):
+    """The form's fields hold what a person types: `sft:latest`, a dataset's name, no URIs; the lineage
+    records the URIs they resolved to."""
     api, deployment = served
     store = open_store(small_store["root"])
     with tempfile.TemporaryDirectory() as workdir:
         prompts, _ = publish_prompts(store, "instruct", SuiteSizes(40, 8), 0, Path(workdir), "tests")
-    config = {"run_id": "general-from-ui", "store": small_store["root"], "init_checkpoint": small_store["init"],
-              "datasets": [prompts.uri], "group_size": 2, "prompts_per_step": 2, "max_steps": 2, "sampling": {"max_new_tokens": 12},
-              "optimizer": {"warmup_steps": 1}, "rewards": [{"path": f"{__name__}.Brevity", "weight": 1.0}]}
+    run_sft(small_config(small_store, "sft-for-the-form", max_steps=2, heldout={"every": 2, "samples": 4},
+                         dsa={"dense_steps": 1, "indexer_warmup_steps": 1}), tmp_path)
+    sft = store.open("checkpoints/sft/sft-for-the-form")
+    config = {"run_id": "general-from-ui", "store": small_store["root"], "init_checkpoint": "sft:latest",
+              "datasets": ["instruct-prompts:latest"], "group_size": 2, "prompts_per_step": 2, "max_steps": 2,
+              "sampling": {"max_new_tokens": 12}, "optimizer": {"warmup_steps": 1},
+              "rewards": [{"path": f"{__name__}.Brevity", "weight": 1.0}]}
     # The call the UI's Run form makes: the deployment's parameters, edited, as JSON.
     run = {"parameters": {"config": config, "eval_settings": {"prompts_per_dataset": 4, "max_new_tokens": 12}}}
     refused = requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30, json=run)
@@ -96,17 +113,27 @@ def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(ser
     created = _retrying_503(lambda: requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30,
                                                   json=run, auth=AUTH))
     assert created.status_code == 201, created.text
-    run_id = created.json()["id"]
-
-    deadline, state = time.monotonic() + 600, None
-    while time.monotonic() < deadline:
-        state = _retrying_503(lambda: requests.get(f"{api}/flow_runs/{run_id}", timeout=10, auth=AUTH)).json()["state"]
-        if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-            break
-        time.sleep(2)
+    state = _finished_state(api, created.json()["id"])
     assert state["type"] == "COMPLETED", state
 
     lineage = store.open(f"checkpoints/general_rl/{config['run_id']}").lineage()
     (module,) = lineage["reward_modules"]
     assert module["path"] == f"{__name__}.Brevity" and module["params"]["version"] == "7"
     assert module["source_sha256"] and lineage["prefect"]["deployment_id"] == deployment
+    assert lineage["parents"][0]["uri"] == sft.uri and [i["uri"] for i in lineage["inputs"]] == [prompts.uri]
+
+
+def test_a_misspelled_reward_path_fails_before_any_task_naming_its_field(served, small_store):
+    api, deployment = served
+    config = {"store": small_store["root"], "init_checkpoint": "init:latest", "datasets": ["instruct-prompts:latest"],
+              "rewards": [{"path": "rewards.verifiers.ArithExactMatc"}]}
+    created = _retrying_503(lambda: requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30,
+                                                  json={"parameters": {"config": config}}, auth=AUTH))
+    assert created.status_code == 201, created.text
+    run_id = created.json()["id"]
+    state = _finished_state(api, run_id)
+    assert state["type"] == "FAILED" and "rewards[0].path" in state["message"], state
+    assert "ArithExactMatc" in state["message"] and "Traceback" not in state["message"]
+    tasks = _retrying_503(lambda: requests.post(f"{api}/task_runs/filter", timeout=10, auth=AUTH,
+                                                json={"flow_runs": {"id": {"any_": [run_id]}}})).json()
+    assert tasks == []  # no input check, engine or job was started

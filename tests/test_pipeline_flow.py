@@ -7,8 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
 from flows.pipeline import pipeline
+from infra.store import open_store
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +66,18 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
     for name in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl", "distill"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
     assert "kept of each teacher's score: reasoning_rl " in report
+    # The report is committed into the run's own store too, each stage's checkpoint a parent; the
+    # pipeline's run page carries one summary table of every stage's metrics and checkpoint.
+    committed = open_store(params.store).open(f"reports/{summary['run_id']}")
+    assert summary["report_uri"] == committed.uri and committed.verify() == []
+    assert json.loads(committed.read_bytes("summary.json")) == written
+    assert [p["uri"] for p in committed.lineage()["parents"]] == [s["checkpoint"] for s in written["stages"]]
+    with get_client(sync_client=True) as client:
+        (table,) = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["pipeline-summary"])))
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert [row["stage"] for row in rows if row["stage"]] == [s["stage"] for s in written["stages"]]
+    assert {row["checkpoint"] for row in rows if row["checkpoint"]} == {s["checkpoint"] for s in written["stages"]}
+    assert {"metric", "before", "after"} <= set(rows[0])
     # Each trained stage has its wandb run (offline), with the lineage record attached.
     wandb_dir = Path(os.environ["POSTTRAIN_WORKDIR"]) / Path(distilled["checkpoint"]).name / "wandb" / "wandb"
     (offline_run,) = wandb_dir.glob("offline-run-*")

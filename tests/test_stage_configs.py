@@ -69,7 +69,7 @@ def test_every_preset_recipe_makes_a_valid_stage_config():
 def test_a_config_naming_anything_but_a_reward_module_is_refused_as_it_is_read(path, reason, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = {"path": path, "params": {"args": ["touch", "pwned"]}}
-    with pytest.raises(ValidationError, match=rf"rewards\.0\.path[\s\S]*{reason}"):
+    with pytest.raises(ValidationError, match=rf"rewards\[0\]\.path: [\s\S]*{reason}"):
         GeneralRlConfig(**IO, rewards=[spec])
     assert not (tmp_path / "pwned").exists()
 

@@ -8,9 +8,11 @@ person or a preset tunes. Both are flat pydantic models; nothing inherits furthe
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer, WithJsonSchema, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from data_contracts import CHAT_V1
@@ -35,10 +37,13 @@ class StageIO(BaseModel):
 
     model_config = STRICT
 
-    run_id: str = Field(..., pattern=r"^[A-Za-z0-9._=+@-]+$", description="Names the run's artifacts.")
+    run_id: str = Field("", pattern=r"^([A-Za-z0-9._=+@-]+)?$",
+                        description="Names the run's artifacts; left empty, a fresh STAGE-TIME-XXXX.")
     store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
-    init_checkpoint: str = Field(..., description="URI of the committed checkpoint to start from.")
-    datasets: list[str] = Field(..., min_length=1, description="URIs of committed datasets (train/test splits).")
+    init_checkpoint: str = Field(..., description="The committed checkpoint to start from: STAGE:latest (e.g. "
+                                                  "sft:latest), a name inside the store, or a URI.")
+    datasets: list[str] = Field(..., min_length=1, description="Committed datasets (train/test splits): NAME:latest "
+                                                               "(e.g. arith:latest), names inside the store, or URIs.")
     output_name: str = Field("", description="Artifact name of the final checkpoint; default checkpoints/STAGE/RUN_ID.")
     seed: int = 0
     # Filled in by the flow that runs the stage (lineage's links to Prefect and wandb), never by a person:
@@ -53,7 +58,9 @@ class StageIO(BaseModel):
     dataset_contract: ClassVar[Contract] = CHAT_V1
 
     @model_validator(mode="after")
-    def _default_output(self):
+    def _default_names(self):
+        if not self.run_id:  # a form left empty: a fresh id, never one an earlier run used
+            self.run_id = f"{self.stage_name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
         if not self.output_name:
             self.output_name = f"checkpoints/{self.stage_name}/{self.run_id}"
         return self
@@ -68,6 +75,13 @@ class StageIO(BaseModel):
         return f"{self.output_name}-steps/"
 
 
+# A choice of "0", "1", "2" in forms and JSON (Prefect's form shows an integer choice of 0 as blank);
+# the integer in Python, and an integer from a spec or a script is taken as well.
+ZeroStage = Annotated[Literal[0, 1, 2], BeforeValidator(lambda v: int(v) if v in ("0", "1", "2") else v),
+                      PlainSerializer(str, when_used="json"),
+                      WithJsonSchema({"type": "string", "enum": ["0", "1", "2"], "title": "Zero Stage"})]
+
+
 class OptimizerSettings(BaseModel):
     """AdamW (betas 0.9, 0.95) under DeepSpeed: the peak learning rate, its linear warm-up, clipping, ZeRO."""
 
@@ -78,7 +92,8 @@ class OptimizerSettings(BaseModel):
     grad_clip: float = Field(1.0, gt=0, description="gradient norm clipping")
     nonfinite_skips: int = Field(0, ge=0, description="steps with a non-finite loss skipped (no update) before "
                                                       "the stage stops with an error; 0 stops at the first")
-    zero_stage: Literal[0, 1, 2] = 0
+    zero_stage: ZeroStage = Field(0, description="DeepSpeed ZeRO: 0 off, 1 optimizer states, 2 and gradients, "
+                                                "sharded across ranks", json_schema_extra={"default": "0"})
 
 
 class SamplingSettings(BaseModel):

@@ -56,6 +56,19 @@ class GrpoRecipe(BaseModel):
     sampling: SamplingSettings = SamplingSettings()
     objective: IcePopSettings = IcePopSettings()
     rewards: list[RewardSpec] = Field(default_factory=list, description="default: the stage's own rewards")
+
+    @field_validator("rewards", mode="before")
+    @classmethod
+    def _name_each_reward(cls, specs):
+        """A form's or a spec's wrong reward path is named by its place (rewards[0].path) in one line."""
+        for index, spec in enumerate(specs if isinstance(specs, list) else []):
+            path = spec.get("path") if isinstance(spec, dict) else getattr(spec, "path", None)
+            if isinstance(path, str):
+                try:
+                    resolve_reward_target(path)
+                except RewardModuleError as error:
+                    raise ValueError(f"rewards[{index}].path: {error}") from None
+        return specs
     reward_timeout_s: float = Field(60.0, gt=0)
     frozen: list[str] = Field(default_factory=list, description="globs of parameter names RL leaves as they are, "
                                                                  "e.g. '*.mlp.gate.weight' (the MoE routers)")
@@ -94,6 +107,9 @@ class ReasoningRlConfig(GrpoRecipe, StageIO):
     stage_name: ClassVar[str] = "reasoning_rl"
     entry_module: ClassVar[str] = "stages.grpo.reasoning"
 
+    rewards: list[RewardSpec] = Field([RewardSpec(path="rewards.verifiers.ArithExactMatch")],
+                                      description="reward modules by dotted path, their weights and parameters")
+
     @classmethod
     def accepts_contract(cls, contract_id: str | None) -> bool:
         return contract_id in (CHAT_V1.id, PROMPT_V1.id)
@@ -111,6 +127,9 @@ class GeneralRlConfig(GrpoRecipe, StageIO):
     stage_name: ClassVar[str] = "general_rl"
     entry_module: ClassVar[str] = "stages.grpo.general"
     dataset_contract = PROMPT_V1
+
+    rewards: list[RewardSpec] = Field([RewardSpec(path="rewards.mix.MixedReward", params=DEFAULT_MIX)],
+                                      description="reward modules by dotted path, their weights and parameters")
 
     anchors: AnchorSettings = AnchorSettings()
 

@@ -34,8 +34,8 @@ class SftRecipe(BaseModel):
 
     model_config = STRICT
     thinking_mix: dict[ThinkingMode, float] = Field(
-        default_factory=lambda: {"interleaved": 0.6, "preserved": 0.2, "off": 0.2}
-    )
+        {"interleaved": 0.6, "preserved": 0.2, "off": 0.2},
+        description="the share of training conversations rendered in each thinking mode (sums to 1)")
     max_seq_len: int = Field(512, ge=16)
     global_batch_size: int = Field(32, ge=1)
     max_steps: int = Field(600, ge=1)

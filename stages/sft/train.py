@@ -19,7 +19,7 @@ from stages.common.checkpointer import StageCheckpointer
 from stages.common.distributed import Dist, all_mean, deepspeed_engine
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
-from stages.sft.config import SftConfig
+from stages.sft.config import DsaSchedule, SftConfig
 from stages.sft.data import render_rows
 from stages.sft.objective import SftObjective
 from stages.sft.schedule import dsa_phase, main_lr_multiplier
@@ -30,7 +30,9 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     dist, events = stage.dist, stage.events
     tokenizer = stage.tokenizer()
     model = load_model(stage.init_dir)
-    install_dsa_indexers(model)
+    # A model without DSA's indexer (Glm4MoeForCausalLM) trains dense throughout: the DSA steps are skipped.
+    schedule = config.dsa if install_dsa_indexers(model) else DsaSchedule(dense_steps=config.max_steps,
+                                                                           indexer_warmup_steps=0)
 
     train_rows, test_rows = load_split(stage.datasets, "train", stage.workdir), load_split(stage.datasets, "test", stage.workdir)
     samples = render_rows(train_rows, tokenizer, config.thinking_mix, config.seed, config.max_seq_len)
@@ -39,7 +41,7 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     events.emit("data", train_samples=len(samples.samples), dropped_too_long=samples.dropped_too_long,
                 modes=samples.modes, heldout_samples=len(heldout_samples))
 
-    engine = build_engine(model, config, dist.world_size)
+    engine = build_engine(model, config, schedule, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, model, tokenizer)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
@@ -48,12 +50,12 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     pad_id = tokenizer.pad_token_id
     phase = None
     for step in range(start_step, config.max_steps):
-        if (step_phase := dsa_phase(step, config.dsa)) != phase:
+        if (step_phase := dsa_phase(step, schedule)) != phase:
             phase = step_phase
             enter_phase(engine.module, phase)
         batch = collate(batches.for_step(step, dist.rank, dist.world_size), pad_id)
         started = time.monotonic()
-        losses = train_step(engine, batch, phase, config.dsa.indexer_loss_weight, finite, step + 1)
+        losses = train_step(engine, batch, phase, schedule.indexer_loss_weight, finite, step + 1)
         record = step_metrics(step + 1, phase, losses, engine, batch, time.monotonic() - started, dist)
         if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
             record["heldout_loss"] = heldout_loss(engine.module, heldout_samples, pad_id,
@@ -62,19 +64,16 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     return checkpointer.finish()
 
 
-def build_engine(model, config: SftConfig, world_size: int):
-    """A DeepSpeed engine training `model` (a causal LM) through an SftObjective."""
+def build_engine(model, config: SftConfig, schedule: DsaSchedule, world_size: int):
+    """A DeepSpeed engine training `model` (a causal LM) through an SftObjective, on `schedule`'s DSA phases."""
     settings = config.optimizer
     indexer_params = {id(p) for indexer in install_dsa_indexers(model) for p in indexer.parameters()}
-    groups = [
-        {"params": [p for p in model.parameters() if id(p) not in indexer_params], "lr": settings.lr},
-        {"params": [p for p in model.parameters() if id(p) in indexer_params], "lr": config.dsa.indexer_lr},
-    ]
+    groups = [{"params": [p for p in model.parameters() if id(p) not in indexer_params], "lr": settings.lr}]
+    lambdas = [lambda step: main_lr_multiplier(step, config.max_steps, settings.warmup_steps, config.min_lr_ratio, schedule)]
+    if indexer_params:  # the indexer learns at its own constant rate; a model without one has no such group
+        groups.append({"params": [p for p in model.parameters() if id(p) in indexer_params], "lr": schedule.indexer_lr})
+        lambdas.append(lambda step: 1.0)
     optimizer = torch.optim.AdamW(groups, weight_decay=settings.weight_decay, betas=(0.9, 0.95))
-    lambdas = [
-        lambda step: main_lr_multiplier(step, config.max_steps, settings.warmup_steps, config.min_lr_ratio, config.dsa),
-        lambda step: 1.0,
-    ]
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
     return deepspeed_engine(SftObjective(model), optimizer, scheduler, config.global_batch_size, world_size,
                             settings.zero_stage, settings.grad_clip)
