@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+import time
+
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 
 from data_contracts.lineage import Lineage
 from flows.job import stage_workdir
@@ -38,6 +45,28 @@ def publish_retention_table(scores: dict[str, tuple[str, float, float, float]]) 
              "student after": round(after, 4), "kept": round(after / teacher, 4) if teacher else None}
             for source, (metric, teacher, before, after) in scores.items()]
     create_table_artifact(table=rows, key="distill-retention", description="distill: what the student keeps of each teacher")
+
+
+class PipelineProgress:
+    """The pipeline run page's progress: the stages done of those the run has, the one running now and
+    the time so far (each stage's own page has its steps, rate and time left)."""
+
+    def __init__(self, planned: list[str]):
+        self.planned, self.done, self.started = planned, [], time.monotonic()
+        self.artifact_id = create_progress_artifact(progress=0.0, description=self._describe())
+
+    def finished(self, stage: str) -> None:
+        self.done.append(stage)
+        update_progress_artifact(self.artifact_id, progress=100.0 * len(self.done) / max(1, len(self.planned)),
+                                 description=self._describe())
+
+    def _describe(self) -> str:
+        running = next((stage for stage in self.planned if stage not in self.done), None)
+        minutes, seconds = divmod(int(time.monotonic() - self.started), 60)
+        if running is None:
+            return f"pipeline: {len(self.done)} of {len(self.planned)} stages done in {minutes}m{seconds:02d}s"
+        return (f"pipeline: {len(self.done)} of {len(self.planned)} stages done, now {running} "
+                f"({minutes}m{seconds:02d}s so far)")
 
 
 def publish_pipeline_summary(summary: dict, report_uri: str) -> None:

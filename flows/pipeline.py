@@ -25,7 +25,7 @@ from prefect import flow, task
 from data_contracts import CHAT_V1, PREFERENCE_V1, PROMPT_V1
 from data_contracts.lineage import Lineage, config_digest, source_digest
 from flows.agentic_rl import agentic_rl
-from flows.cards import publish_pipeline_summary
+from flows.cards import PipelineProgress, publish_pipeline_summary
 from flows.distill import DistillEvalSettings, distill
 from flows.general_rl import general_rl
 from flows.params import PipelineParams, StageName
@@ -225,10 +225,15 @@ def pipeline(params: PipelineParams) -> dict:
     for note in notes:
         print(note)
 
+    progress = PipelineProgress([stage for stage in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl",
+                                                     "distill")
+                                 if runs.get(stage) or (stage == "train_orm" and runs["general_rl"] and spec.stages.orm is not None)])
+
     def finished(stage: str, result: dict, stage_started: float) -> None:
         stages.append(stage_record(stage, result, stage_started))
         histories[stage] = result["history"]
         outputs[stage] = result["checkpoint"]
+        progress.finished(stage)
 
     if runs["sft"]:
         eval_settings = replace(evals["sft"], seed=spec.seed)
@@ -264,6 +269,7 @@ def pipeline(params: PipelineParams) -> dict:
                                nproc=params.nproc)
             stages.append(stage_record("train_orm", result, stage_started))
             histories["train_orm"] = result["history"]
+            progress.finished("train_orm")
             orm_checkpoint = result["checkpoint"]
         stage_started = time.monotonic()
         config = general_rl_config(spec, prepared, latest(outputs, "general_rl"), orm_checkpoint)

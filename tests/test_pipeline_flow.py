@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, ArtifactFilterType
 
 from flows.pipeline import pipeline
 from infra.store import open_store
@@ -78,6 +78,9 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
     assert [row["stage"] for row in rows if row["stage"]] == [s["stage"] for s in written["stages"]]
     assert {row["checkpoint"] for row in rows if row["checkpoint"]} == {s["checkpoint"] for s in written["stages"]}
     assert {"metric", "before", "after"} <= set(rows[0])
+    with get_client(sync_client=True) as client:
+        progress = client.read_artifacts(artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"])))
+    assert any(a.data == 100.0 and (a.description or "").startswith("pipeline: 6 of 6 stages done") for a in progress)
     # Each trained stage has its wandb run (offline), with the lineage record attached.
     wandb_dir = Path(os.environ["POSTTRAIN_WORKDIR"]) / Path(distilled["checkpoint"]).name / "wandb" / "wandb"
     (offline_run,) = wandb_dir.glob("offline-run-*")
