@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flows.params import PipelineParams
 from flows.spec import SpecError, load_spec, parse_spec, preset_path, spec_schema
 
 REPO = Path(__file__).resolve().parent.parent
@@ -101,3 +102,14 @@ def test_spec_schema_is_the_pipeline_specs():
     assert {"model", "data", "stages", "seed", "store"} <= set(schema["properties"])
     assert schema == json.loads(subprocess.run([str(VENV_BIN / "posttrain"), "spec", "schema"], capture_output=True,
                                                text=True, timeout=120, check=True).stdout)
+
+
+def test_the_pipeline_takes_a_spec_inline_or_by_path():
+    text = (REPO / "examples" / "spec.yaml").read_text()
+    name, inline, _ = PipelineParams(spec=text, seed=3).load_spec()
+    assert name == "inline" and inline.seed == 3 and inline.stages.sft.datasets == ["my-chats"]
+    name, by_path, base = PipelineParams(spec=str(REPO / "examples" / "spec.yaml")).load_spec()
+    assert name == "spec" and base == REPO / "examples" and by_path.model_copy(update={"seed": 3}) == inline
+    assert PipelineParams(spec=json.dumps(yaml.safe_load(text))).load_spec()[1] == by_path
+    with pytest.raises(SpecError, match=r"inline spec: stages\.sft\.max_stepz: Extra inputs"):
+        PipelineParams(spec=text.replace("max_steps: 4", "max_stepz: 4")).load_spec()
