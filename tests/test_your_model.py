@@ -12,11 +12,13 @@ import pytest
 import torch
 import yaml
 from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
+from typer.testing import CliRunner
 
 from model.checks import ModelCheckError, check_model_dir
 from model.presets import build_model, padded_vocab_size
 from model.special_tokens import OBSERVATION, STOP_TOKENS
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
+from posttrain.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
 # Not the suites' text: a tokenizer a person trained on their own corpus.
@@ -129,7 +131,6 @@ def test_a_refused_checkpoint_stops_the_pipeline_before_any_work(tokenizer_dir, 
     spec = yaml.safe_load((REPO / "examples" / "spec.yaml").read_text())
     spec["model"] = {"path": "broken"}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    check = subprocess.run([str(Path(sys.executable).with_name("posttrain")), "spec", "check", "spec.yaml"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert check.returncode == 1 and "model.path: " in check.stderr and "<|observation|>" in check.stderr
+    check = CliRunner().invoke(app, ["spec", "check", str(tmp_path / "spec.yaml")])
+    assert check.exit_code == 1 and "model.path: " in check.stderr and "<|observation|>" in check.stderr
 

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from flows.params import PipelineParams
 from flows.spec import SpecError, load_spec, parse_spec, preset_path, spec_schema
+from posttrain.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -89,9 +91,8 @@ def test_spec_check_names_each_reference_that_resolves_to_nothing(tmp_path):
     document["data"]["imports"]["my-prompts"]["path"] = str(REPO / "examples" / "prompts.jsonl")
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(document))
-    done = subprocess.run([str(VENV_BIN / "posttrain"), "spec", "check", str(spec_file), "--store", str(tmp_path / "store")],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stdout + done.stderr
+    done = CliRunner().invoke(app, ["spec", "check", str(spec_file), "--store", str(tmp_path / "store")])
+    assert done.exit_code == 1, done.output
     assert "data.imports.my-chats.path: " in done.stderr and "no such file" in done.stderr
     assert "model.checkpoint: sft:latest: no committed checkpoint named 'sft'" in done.stderr
     assert "stages.reasoning_rl.datasets[1]: gsm8k:latest: no committed dataset named 'gsm8k'" in done.stderr
@@ -100,8 +101,7 @@ def test_spec_check_names_each_reference_that_resolves_to_nothing(tmp_path):
 def test_spec_schema_is_the_pipeline_specs():
     schema = spec_schema()
     assert {"model", "data", "stages", "seed", "store"} <= set(schema["properties"])
-    assert schema == json.loads(subprocess.run([str(VENV_BIN / "posttrain"), "spec", "schema"], capture_output=True,
-                                               text=True, timeout=120, check=True).stdout)
+    assert schema == json.loads(CliRunner().invoke(app, ["spec", "schema"]).stdout)
 
 
 def test_the_pipeline_takes_a_spec_inline_or_by_path():
