@@ -96,3 +96,23 @@ def _walk(node):
     elif isinstance(node, list):
         for value in node:
             yield from _walk(value)
+
+
+def test_the_form_shows_choices_and_code_defaults_as_values():
+    schema = SftConfig.model_json_schema()
+    mix = schema["properties"]["thinking_mix"]  # one number field per thinking mode, filled with the default
+    assert set(mix["properties"]) == {"interleaved", "preserved", "off"}
+    assert mix["default"] == {"interleaved": 0.6, "preserved": 0.2, "off": 0.2}
+    zero = schema["$defs"]["OptimizerSettings"]["properties"]["zero_stage"]
+    assert zero["enum"] == ["0", "1", "2"] and zero["default"] == "0"  # a choice the form shows, 0 included
+    assert SftConfig(**IO, optimizer={"zero_stage": "2"}).optimizer.zero_stage == 2
+    assert SftConfig(**IO, optimizer={"zero_stage": 1}).optimizer.zero_stage == 1
+    with pytest.raises(ValidationError, match="zero_stage"):
+        SftConfig(**IO, optimizer={"zero_stage": "3"})
+    with pytest.raises(ValidationError, match="thinking_mix.interleaved"):
+        SftConfig(**IO, thinking_mix={"interleaved": 1.5, "off": -0.5})
+    rewards = ReasoningRlConfig.model_json_schema()["properties"]["rewards"]["default"]
+    assert [r["path"] for r in rewards] == ["rewards.verifiers.ArithExactMatch"]
+    assert GeneralRlConfig.model_json_schema()["properties"]["rewards"]["default"][0]["path"] == "rewards.mix.MixedReward"
+    assert {"smoke", "tiny", "small"} <= set(PipelineParams.model_json_schema()["properties"]["preset"]["enum"])
+    assert SftConfig(**{**IO, "run_id": ""}).run_id.startswith("sft-")  # left empty: a fresh id

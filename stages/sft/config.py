@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, WithJsonSchema, model_validator
 
 from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
 ThinkingMode = Literal["interleaved", "preserved", "off"]
+# A share per thinking mode; a form shows one number field per mode (a mode left out gets no share).
+ThinkingMix = Annotated[dict[ThinkingMode, Annotated[float, Field(ge=0, le=1)]], WithJsonSchema({
+    "type": "object", "additionalProperties": False,
+    "properties": {mode: {"type": "number", "minimum": 0, "maximum": 1, "title": mode.title()}
+                   for mode in get_args(ThinkingMode)}})]
 
 
 class DsaSchedule(BaseModel):
@@ -33,7 +38,7 @@ class SftRecipe(BaseModel):
     """What a person or a preset tunes in SFT."""
 
     model_config = STRICT
-    thinking_mix: dict[ThinkingMode, float] = Field(
+    thinking_mix: ThinkingMix = Field(
         {"interleaved": 0.6, "preserved": 0.2, "off": 0.2},
         description="the share of training conversations rendered in each thinking mode (sums to 1)")
     max_seq_len: int = Field(512, ge=16)
