@@ -94,7 +94,7 @@ def prepare_data(spec: PipelineSpec, base: Path, triggered_by: str = "posttrain 
 
 
 def import_model(store, spec: PipelineSpec, base: Path, triggered_by: str) -> str:
-    path = Path(spec.model.path) if Path(spec.model.path).is_absolute() else base / spec.model.path
+    path = base / spec.model.path
     try:
         return import_checkpoint(store, path, spec.seed, triggered_by).uri
     except ModelCheckError as error:
@@ -102,7 +102,7 @@ def import_model(store, spec: PipelineSpec, base: Path, triggered_by: str) -> st
 
 
 def import_spec(store, name: str, entry: ImportSpec, base: Path, seed: int, triggered_by: str) -> str:
-    path = Path(entry.path) if Path(entry.path).is_absolute() else base / entry.path
+    path = base / entry.path
     try:
         imported = import_dataset(store, path, entry.kind, name=name, test_fraction=entry.test_fraction,
                                   skip_bad_rows=entry.skip_bad_rows, seed=seed, triggered_by=triggered_by)

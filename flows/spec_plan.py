@@ -40,7 +40,7 @@ def plan_spec(spec: PipelineSpec, base: Path) -> Plan:
     data = [f"{suite}: embedded suite, train {sizes.train} / test {sizes.test} (published by the run)"
             for suite, sizes in spec.data.suites.items()]
     for name, entry in spec.data.imports.items():
-        path = Path(entry.path) if Path(entry.path).is_absolute() else base / entry.path
+        path = base / entry.path
         if not path.exists():
             problems.append(f"data.imports.{name}.path: {path}: no such file or folder")
             continue
@@ -61,7 +61,7 @@ def plan_spec(spec: PipelineSpec, base: Path) -> Plan:
     if spec.model.preset is not None:
         model = f"model preset {spec.model.preset}, built by the run"
     elif spec.model.path is not None:
-        path = Path(spec.model.path) if Path(spec.model.path).is_absolute() else base / spec.model.path
+        path = base / spec.model.path
         try:
             checked = check_model_dir(path)
             model = f"{path}: {checked.architecture}" + ("" if checked.has_dsa else " (no DSA indexer: DSA steps skipped)")
