@@ -128,5 +128,6 @@ def with_shared_engine(stack: ExitStack, config, nproc: int):
         return config
     # The stage's job pushes its weights inside its own scratch folder, under the stage's.
     engine = stack.enter_context(EngineProcess(config.init_checkpoint, stage_workdir(config) / "engine.log",
-                                               seed=config.seed, weights_dirs=[stage_workdir(config)]))
+                                               seed=config.seed, weights_dirs=[stage_workdir(config)],
+                                               precision=config.compute.precision))
     return config.model_copy(update={"engine_url": engine.base_url})

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from infra.store import open_artifact, open_store
+from model.device import inference_device
 from model.dsa import set_dense_attention
 from model.reward_inputs import collate_replies, reply_ids
 from model.reward_model import load_reward_model
@@ -34,7 +35,7 @@ class OrmScore:
         artifact = open_artifact(checkpoint) if "://" in checkpoint else open_store(store).open(checkpoint)
         with tempfile.TemporaryDirectory(prefix="posttrain-orm-") as tmp:
             local = artifact.download(Path(tmp) / "orm")
-            self.model = load_reward_model(local).eval()
+            self.model = load_reward_model(local).to(inference_device()).eval()
             self.tokenizer = load_tokenizer(local)
         set_dense_attention(self.model, dense=False)  # GLM-5's sparse attention, as the ORM trained with it
         self.batch_size, self.max_len = batch_size, max_len
@@ -47,7 +48,8 @@ class OrmScore:
                           key=lambda i: len(ids[i]))
         for start in range(0, len(scorable), self.batch_size):
             chunk = scorable[start:start + self.batch_size]
-            values = self.model(*collate_replies([ids[i] for i in chunk], self.tokenizer.pad_token_id))
+            batch = collate_replies([ids[i] for i in chunk], self.tokenizer.pad_token_id)
+            values = self.model(*(tensor.to(self.model.head.weight.device) for tensor in batch))
             for index, value in zip(chunk, values.tolist(), strict=True):
                 scores[index] = value
         return scores

@@ -80,9 +80,10 @@ class EngineProcess:
     """`with EngineProcess(uri, log_path) as client:` serves `uri` until the block ends."""
 
     def __init__(self, checkpoint: str, log_path: Path, *, seed: int = 0, host: str = "127.0.0.1",
-                 startup_timeout_s: float = 120.0, weights_dirs: Sequence[Path] = ()):
-        """`weights_dirs`: the local folders its `update_weights` may load from (where a trainer pushes)."""
-        args = ["--checkpoint", checkpoint, "--seed", str(seed)]
+                 startup_timeout_s: float = 120.0, weights_dirs: Sequence[Path] = (), precision: str = "auto"):
+        """`weights_dirs`: the local folders its `update_weights` may load from (where a trainer pushes);
+        `precision`: the served weights' dtype (rollout.server's --precision)."""
+        args = ["--checkpoint", checkpoint, "--seed", str(seed), "--precision", precision]
         for folder in weights_dirs:
             args += ["--weights-dir", str(folder)]
         self.service = ServiceProcess("rollout.server", args, log_path, host=host, startup_timeout_s=startup_timeout_s)

@@ -15,6 +15,7 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
+from typing import get_args
 
 import uvicorn
 from fastapi import FastAPI, HTTPException
@@ -22,6 +23,7 @@ from fastapi.responses import JSONResponse
 
 from infra.lifetime import exit_with_owner
 from infra.store import open_artifact
+from model.device import Precision
 from rollout.auth import API_KEY_ENV, api_key, require_api_key
 from rollout.batching import RequestBatcher
 from rollout.engine import Engine, PromptTooLongError
@@ -142,6 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", choices=get_args(Precision), default="auto",
+                        help="the weights' dtype when served: auto is bf16 on a GPU, fp32 on a CPU")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="a new or empty folder for downloaded checkpoints, removed when the engine exits "
                              "(default: a new temp folder)")
@@ -165,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     # `finally` below instead of ending the process where it stands.
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed)
+        engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed, precision=args.precision)
         limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens,
                                max_in_flight=args.max_in_flight)
         uvicorn.run(build_app(engine, workdir, limits, args.api_key, tuple(args.weights_dir)), host=args.host, port=args.port, log_level="warning")

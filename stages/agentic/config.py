@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, field_validator
 from rollout.envs.catalog import task_class
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.loss import ImportanceSettings
-from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.common.config import ComputeSettings, OptimizerSettings, SamplingSettings, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
 
@@ -31,6 +31,7 @@ class AgenticRecipe(BaseModel):
     groups_per_step: int = Field(4, ge=1)
     max_steps: int = Field(20, ge=1)
     optimizer: OptimizerSettings = OptimizerSettings(lr=5e-5, warmup_steps=2)
+    compute: ComputeSettings = ComputeSettings()
     sampling: SamplingSettings = SamplingSettings()
     episode: EpisodeSettings = EpisodeSettings()
     objective: ImportanceSettings = ImportanceSettings()

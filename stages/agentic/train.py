@@ -16,19 +16,20 @@ from contextlib import ExitStack
 
 import torch
 
-from model.logprobs import next_token_logprobs
 from model.presets import load_model
 from rollout.process import EngineProcess
 from rollout.task_services import TaskServices
 from stages.agentic.config import AgenticRlConfig
 from stages.agentic.data import agent_task_rows
-from stages.agentic.loss import centred_advantages, direct_is_loss
+from stages.agentic.loss import ImportanceSettings, centred_advantages, direct_is_loss
 from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
 from stages.common.policy import push_weights, rl_training_engine, weights_push_dir
+from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, padded_batch
+from stages.common.training_engine import peak_memory_mb, step_shape
 
 
 def train(config: AgenticRlConfig, stage: StageInputs) -> str:
@@ -39,8 +40,11 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     task_rows = agent_task_rows(load_split(stage.datasets, "train", workdir), list(config.tasks), config.data_seed)
     events.emit("data", **{f"{task}_prompts": len(rows) for task, rows in task_rows.items()})
     model = load_model(stage.init_dir).eval()
-    engine = rl_training_engine(model, config.optimizer, world_size=dist.world_size,
-                                global_batch=config.groups_per_step * config.group_size * dist.world_size)
+    # Each rank trains its own groups; a step's micro-batches hold segments (rollout@1 rows), as many as
+    # its rollouts have turns.
+    shape = step_shape(config.groups_per_step * config.group_size * dist.world_size, dist.world_size,
+                       config.compute.micro_batch_size, "groups_per_step × group_size")
+    engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
@@ -56,10 +60,10 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
             step_started = time.monotonic()
             rewards = torch.tensor([[r.reward for r in results] for results in groups], dtype=torch.float32)
             batch, advantages = segments_batch(groups, centred_advantages(rewards).flatten(), tokenizer.pad_token_id)
-            logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-            logp_new = next_token_logprobs(logits, batch.input_ids, config.sampling.temperature)
-            loss, stats = direct_is_loss(logp_new, batch.logp_infer, advantages, batch.response_mask, config.objective)
-            finite.step(engine, loss, step + 1)
+            trained = policy_step(
+                engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite, step + 1,
+                importance_loss_of(advantages, config.objective),
+                mean_over="tokens")
             trained_samples += sum(len(results) for results in groups)
             if (step + 1) % config.push_every == 0:
                 version += 1
@@ -70,10 +74,10 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
             if config.mode == "sync":
                 producer.grant(config.groups_per_step)
             checkpointer.end_of_step({
-                "step": step + 1, "loss": float(loss), "lr": engine.get_lr()[0], "reward_mean": float(rewards.mean()),
-                **success_by_task(groups), **stats, **health,
+                "step": step + 1, "loss": trained.loss, "lr": engine.get_lr()[0], "reward_mean": float(rewards.mean()),
+                **success_by_task(groups), **trained.stats, **health,
                 "weight_version": version, "trained_tokens": batch.response_tokens,
-                "train_s": time.monotonic() - step_started,
+                "train_s": time.monotonic() - step_started, "peak_memory_mb": peak_memory_mb(),
                 "samples_per_s": trained_samples / (time.monotonic() - started), "replicas": producer.replica_stats(),
             })
     return checkpointer.finish()
@@ -86,7 +90,7 @@ def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs
     dist, workdir = stage.dist, stage.workdir
     replicas = [] if config.engine_urls else [
         _launch(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log", seed=config.seed * 100 + i,
-                                    weights_dirs=[weights_push_dir(workdir)]))
+                                    weights_dirs=[weights_push_dir(workdir)], precision=config.compute.precision))
         for i in range(config.replicas)
     ]
     services = stack.enter_context(TaskServices(  # starts while the replicas load
@@ -110,6 +114,14 @@ def segments_batch(groups: list, advantages: torch.Tensor, pad_id: int) -> tuple
     batch = padded_batch([(row["prompt_ids"], row["response_ids"], row["loss_mask"], row["rollout_logprobs"])
                           for row, _ in segments], pad_id)
     return batch, torch.tensor([a for _, a in segments])
+
+
+def importance_loss_of(advantages: torch.Tensor, objective: ImportanceSettings) -> LossOf:
+    """The direct double-sided IS loss of a micro-batch of segments (`policy_step`), each with its rollout's advantage."""
+    def loss_of(rows: slice, micro: TrainBatch, logp_new: torch.Tensor):
+        return direct_is_loss(logp_new, micro.logp_infer, advantages[rows].to(logp_new.device), micro.response_mask,
+                              objective)
+    return loss_of
 
 
 def success_by_task(groups: list) -> dict[str, float]:

@@ -31,6 +31,14 @@ class Batch:
     def trained_tokens(self) -> int:
         return int(self.loss_mask.sum())
 
+    @property
+    def samples_with_targets(self) -> int:
+        """Samples with a trained token: the SFT loss averages over them."""
+        return int((self.loss_mask[:, 1:].sum(dim=1) > 0).sum())
+
+    def to(self, device) -> Batch:
+        return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.loss_mask.to(device))
+
 
 def collate(samples: list[TokenizedSample], pad_id: int) -> Batch:
     width = max(len(sample.input_ids) for sample in samples)

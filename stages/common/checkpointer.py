@@ -29,12 +29,14 @@ from infra.store import ArtifactStore, CommittedArtifact, open_store
 from stages.common.config import Provenance, StageIO
 from stages.common.distributed import barrier
 from stages.common.finite import check_finite_parameters
+from stages.common.hf_weights import save_hf
 from stages.common.inputs import StageInputs
 
-# Wall-clock measurements (seconds, rates: every key ending in `_s`) and how requests happened to spread
-# over replicas differ between two runs of one config. They are left out of the checkpoint's files, so
-# identical training gives an identical digest (and a rerun dedupes); the event stream still has them.
-VOLATILE_METRICS = ("replicas",)
+# Wall-clock measurements (seconds, rates: every key ending in `_s`), how requests happened to spread over
+# replicas and a process's peak memory differ between two runs of one config. They are left out of the
+# checkpoint's files, so identical training gives an identical digest (and a rerun dedupes); the event
+# stream still has them.
+VOLATILE_METRICS = ("replicas", "peak_memory_mb")
 DEEPSPEED_DIR = "deepspeed"
 TRAINER_STATE = "trainer_state.json"
 METRICS = "metrics.jsonl"
@@ -43,13 +45,13 @@ STEP_NAME = re.compile(r"step-(\d+)$")
 
 def save_local(engine, model, tokenizer, local_dir: Path, step: int, trainer_state: dict, is_main: bool) -> None:
     """Every rank writes its DeepSpeed shards; rank 0 adds `model`'s Hugging Face files (the engine may
-    train a wrapper around it)."""
+    train a wrapper around it), consolidated and merged (stages/common/hf_weights.py)."""
     if is_main and local_dir.exists():
         shutil.rmtree(local_dir)
     barrier()
     engine.save_checkpoint(str(local_dir / DEEPSPEED_DIR), tag=f"step-{step}", client_state={"step": step})
+    save_hf(model, local_dir, is_main)
     if is_main:
-        model.save_pretrained(local_dir)
         tokenizer.save_pretrained(local_dir)
         (local_dir / TRAINER_STATE).write_text(json.dumps({**trainer_state, "step": step}, indent=2))
     barrier()

@@ -17,6 +17,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from data_contracts import CHAT_V1
 from data_contracts.contract import Contract
+from model.device import Precision
 from rollout.protocol import SamplingParams
 from stages.common.recipe import STRICT
 
@@ -75,11 +76,11 @@ class StageIO(BaseModel):
         return f"{self.output_name}-steps/"
 
 
-# A choice of "0", "1", "2" in forms and JSON (Prefect's form shows an integer choice of 0 as blank);
+# A choice of "0" to "3" in forms and JSON (Prefect's form shows an integer choice of 0 as blank);
 # the integer in Python, and an integer from a spec or a script is taken as well.
-ZeroStage = Annotated[Literal[0, 1, 2], BeforeValidator(lambda v: int(v) if v in ("0", "1", "2") else v),
+ZeroStage = Annotated[Literal[0, 1, 2, 3], BeforeValidator(lambda v: int(v) if v in ("0", "1", "2", "3") else v),
                       PlainSerializer(str, when_used="json"),
-                      WithJsonSchema({"type": "string", "enum": ["0", "1", "2"], "title": "Zero Stage"})]
+                      WithJsonSchema({"type": "string", "enum": ["0", "1", "2", "3"], "title": "Zero Stage"})]
 
 
 class OptimizerSettings(BaseModel):
@@ -93,7 +94,40 @@ class OptimizerSettings(BaseModel):
     nonfinite_skips: int = Field(0, ge=0, description="steps with a non-finite loss skipped (no update) before "
                                                       "the stage stops with an error; 0 stops at the first")
     zero_stage: ZeroStage = Field(0, description="DeepSpeed ZeRO: 0 off, 1 optimizer states, 2 and gradients, "
-                                                "sharded across ranks", json_schema_extra={"default": "0"})
+                                                "3 and parameters, sharded across ranks",
+                                  json_schema_extra={"default": "0"})
+
+
+# The linear layers LoRA adapts by default: GLM-5's attention projections (MLA) and the dense and shared-
+# expert MLPs. Routed experts are fused 3-D parameters, not linear modules; the DSA indexer stays as SFT
+# trained it (frozen in RL).
+LORA_TARGETS = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraSettings(BaseModel):
+    """Low-rank adapters (the peft library) instead of training every weight; checkpoints and weight
+    pushes hold the merged weights, so plain transformers and the engines load them as any other."""
+
+    model_config = STRICT
+    rank: int = Field(0, ge=0, description="adapter rank; 0 trains every weight (no LoRA)")
+    alpha: float = Field(16.0, gt=0, description="scaling: the adapter's update is alpha / rank · B A")
+    targets: list[str] = Field(list(LORA_TARGETS), min_length=1, description="names of the linear layers adapted")
+
+
+class ComputeSettings(BaseModel):
+    """How a step is computed: the numeric precision, how much of the batch is in memory at once, and
+    what is traded for memory. The defaults suit any machine: the precision follows the device."""
+
+    model_config = STRICT
+    precision: Precision = Field(
+        "auto", description="bf16: DeepSpeed's bf16 mode (fp32 master weights and optimizer state; logprobs and "
+                            "losses in fp32); auto: bf16 on a GPU, fp32 on a CPU")
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="sequences per rank per forward pass; the rest of the rank's share accumulates "
+                                "gradients (global batch = micro × accumulation × ranks); default: the whole share")
+    activation_checkpointing: bool = Field(False, description="recompute each layer's activations in backward")
+    offload_optimizer: bool = Field(False, description="keep optimizer state in CPU memory (ZeRO stage 1 or more)")
+    lora: LoraSettings = LoraSettings()
 
 
 class SamplingSettings(BaseModel):

@@ -5,6 +5,7 @@ with an error naming the step. A checkpoint with a non-finite parameter is never
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 
@@ -16,25 +17,36 @@ class NonFiniteError(RuntimeError):
 
 
 class FiniteSteps:
-    """`step(engine, loss, step)` instead of `engine.backward(loss); engine.step()`. Every rank takes the
+    """`step(engine, losses, step)` instead of `engine.backward(loss); engine.step()`. Every rank takes the
     same decision (the check is averaged over ranks), so collectives stay in step."""
 
     def __init__(self, skips_allowed: int, stage: str):
         self.skips_allowed, self.stage, self.skipped = skips_allowed, stage, 0
 
-    def step(self, engine, loss: torch.Tensor, step: int) -> bool:
-        """Backward and optimizer step; False when the step was skipped."""
-        if not self._all_finite(torch.isfinite(loss.detach()).all().item()):
-            return self._skip(engine, step, f"loss {loss.item()}")
-        engine.backward(loss)
+    def step(self, engine, losses: torch.Tensor | Iterable[torch.Tensor], step: int) -> float:
+        """A backward per micro-batch loss (each its share of the step's loss: the shares sum to it; a
+        generator computes each only as it is reached, so one micro-batch's activations are in memory at a
+        time), then one optimizer step. Returns the step's loss; a non-finite one skips the update."""
+        total, problem = 0.0, None
+        for loss in [losses] if isinstance(losses, torch.Tensor) else losses:
+            value = loss.detach().float()
+            total += value.item()
+            if problem is None and self._all_finite(torch.isfinite(value).all().item()):
+                engine.backward(loss, scale_wrt_gas=False)
+            elif problem is None:
+                problem = f"loss {value.item()}"
+        if problem is not None:
+            self._skip(engine, step, problem)
+            return total
         norm = local_grad_norm(engine.module)
         if not self._all_finite(math.isfinite(norm)):
-            return self._skip(engine, step, f"gradient norm {norm}")
+            self._skip(engine, step, f"gradient norm {norm}")
+            return total
         engine.step()
         reported = engine.get_global_grad_norm()  # where DeepSpeed computes it (ZeRO stages that shard grads)
         if reported is not None and not math.isfinite(float(reported)):
             raise NonFiniteError(f"{self.stage} step {step}: gradient norm {reported} after the update; stopping")
-        return True
+        return total
 
     def _all_finite(self, finite: bool) -> bool:
         return all_mean(1.0 if finite else 0.0) == 1.0

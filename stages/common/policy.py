@@ -14,25 +14,28 @@ import torch
 from model.dsa import install_dsa_indexers, set_dense_attention
 from rollout.client import EngineClient
 from rollout.process import EngineProcess
-from stages.common.config import OptimizerSettings
-from stages.common.distributed import Dist, barrier, deepspeed_engine
+from stages.common.config import ComputeSettings, OptimizerSettings
+from stages.common.distributed import Dist, barrier
+from stages.common.hf_weights import save_hf
+from stages.common.training_engine import StepShape, adapt_model, deepspeed_engine
 
 
-def rl_training_engine(model, settings: OptimizerSettings, *, global_batch: int, world_size: int,
-                       frozen: Sequence[str] = ()):
+def rl_training_engine(model, settings: OptimizerSettings, compute: ComputeSettings, shape: StepShape, world_size: int,
+                       *, frozen: Sequence[str] = ()):
     """A DeepSpeed engine over the causal LM with sparse attention on and the DSA indexer frozen
     (trained during SFT; RL must not move which keys a query selects), and any parameter whose name
-    matches a `frozen` glob; linear warm-up, then constant lr."""
+    matches a `frozen` glob; LoRA and activation checkpointing as `compute` asks; linear warm-up, then
+    constant lr."""
     for indexer in install_dsa_indexers(model):
         indexer.requires_grad_(False)
     freeze_matching(model, frozen)
+    adapt_model(model, compute)
     set_dense_attention(model, dense=False)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay, betas=(0.9, 0.95))
     warmup = max(settings.warmup_steps, 1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
-    return deepspeed_engine(model, optimizer, scheduler, global_batch, world_size, settings.zero_stage,
-                            settings.grad_clip)
+    return deepspeed_engine(model, optimizer, scheduler, shape, world_size, settings, compute)
 
 
 def freeze_matching(model, patterns: Sequence[str]) -> None:
@@ -51,13 +54,12 @@ def weights_push_dir(workdir: Path) -> Path:
 
 
 def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Callable[[str], None] | None) -> str:
-    """Rank 0 writes the weights; `deliver(path)` (where given) makes engines load them; every rank
+    """Rank 0 writes the weights (ZeRO-3's gathered, LoRA's merged); `deliver(path)` (where given) makes engines load them; every rank
     waits until all have, so nothing samples from the old weights afterwards (on-policy). Returns the
     weights' directory, which stays until the next push."""
     pushes = weights_push_dir(workdir)
     target = pushes / f"v{version}"
-    if is_main:
-        engine.module.save_pretrained(target)
+    save_hf(engine.module, target, is_main)
     barrier()
     if deliver is not None:
         deliver(str(target))
@@ -78,7 +80,8 @@ def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, s
     else:
         client = stack.enter_context(EngineProcess(config.init_checkpoint, workdir / "engine.log",
                                                    seed=config.seed * 1000 + dist.rank,
-                                                   weights_dirs=[weights_push_dir(workdir)]))
+                                                   weights_dirs=[weights_push_dir(workdir)],
+                                                   precision=config.compute.precision))
     if start_step:  # the engine serves the init checkpoint: give it the resumed weights
         push_weights(engine, workdir, start_step, dist.is_main, lambda path: client.update_weights(path, str(start_step)))
     elif config.engine_url:  # an engine we did not start may serve anything

@@ -23,6 +23,16 @@ class TrainBatch:
     def response_tokens(self) -> int:
         return int(self.response_mask.sum())
 
+    def rows(self, selected: slice) -> TrainBatch:
+        """The `selected` rows, their padding trimmed to the longest of them."""
+        width = int(self.attention_mask[selected].sum(dim=1).max())
+        return TrainBatch(self.input_ids[selected, :width], self.attention_mask[selected, :width],
+                          self.response_mask[selected, :width - 1], self.logp_infer[selected, :width - 1])
+
+    def to(self, device) -> TrainBatch:
+        return TrainBatch(*(tensor.to(device) for tensor in
+                            (self.input_ids, self.attention_mask, self.response_mask, self.logp_infer)))
+
 
 def train_batch(samples: Sequence[Sample], pad_id: int) -> TrainBatch:
     """The sampled sequences exactly as the engine returned their ids, ready for the loss."""

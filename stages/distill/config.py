@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from data_contracts import CHAT_V1, PROMPT_V1
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.config import check_tasks
-from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.common.config import ComputeSettings, OptimizerSettings, SamplingSettings, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 from stages.grpo.loss import IcePopSettings
 
@@ -44,6 +44,7 @@ class DistillRecipe(BaseModel):
     prompts_per_step: int = Field(24, ge=1, description="split over the teachers by their shares")
     max_steps: int = Field(20, ge=1)
     optimizer: OptimizerSettings = OptimizerSettings(lr=2e-5, warmup_steps=2)
+    compute: ComputeSettings = ComputeSettings()
     sampling: SamplingSettings = SamplingSettings()
     objective: IcePopSettings = IcePopSettings()
     episode: EpisodeSettings = Field(EpisodeSettings(), description="turns and context management of the agent episodes")

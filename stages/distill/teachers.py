@@ -17,13 +17,15 @@ from stages.distill.config import TeacherSpec
 from stages.distill.rows import StudentRow
 
 
-def teacher_engines(stack: ExitStack, teachers: Sequence[TeacherSpec], workdir: Path, seed: int) -> dict[str, EngineClient]:
+def teacher_engines(stack: ExitStack, teachers: Sequence[TeacherSpec], workdir: Path, seed: int,
+                    precision: str = "auto") -> dict[str, EngineClient]:
     """{source: client}: the configured engine of each teacher, or one started here until `stack` closes.
     The started ones launch side by side before any is waited on: each takes seconds to load."""
     started: dict[str, EngineProcess] = {}
     for teacher in teachers:
         if teacher.engine_url is None:
-            engine = EngineProcess(teacher.checkpoint, workdir / f"teacher-{teacher.source}.log", seed=seed)
+            engine = EngineProcess(teacher.checkpoint, workdir / f"teacher-{teacher.source}.log", seed=seed,
+                                   precision=precision)
             stack.callback(engine.stop)
             engine.launch()
             started[teacher.source] = engine

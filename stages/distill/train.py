@@ -20,7 +20,8 @@ import random
 import time
 from contextlib import ExitStack
 
-from model.logprobs import next_token_logprobs
+import torch
+
 from model.presets import load_model
 from rollout.client import EngineClient
 from rollout.episodes import play_episodes
@@ -33,13 +34,15 @@ from stages.common.distributed import Dist, all_mean, rank_share
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, stage_main
 from stages.common.policy import policy_engine, push_weights, rl_training_engine
+from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, padded_batch
+from stages.common.training_engine import peak_memory_mb, step_shape
 from stages.distill.config import DistillConfig
 from stages.distill.data import AgentEpisode, draw_prompts, teacher_prompts
 from stages.distill.loss import distill_advantages, response_aligned, reverse_kl_by_teacher
 from stages.distill.rows import StudentRow, episode_rows, sample_rows
 from stages.distill.teachers import teacher_engines, teacher_logprobs
-from stages.grpo.loss import grpo_icepop_loss
+from stages.grpo.loss import IcePopSettings, grpo_icepop_loss
 
 
 def train(config: DistillConfig, stage: StageInputs) -> str:
@@ -53,14 +56,15 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
                 teachers={t.source: a.uri for t, a in zip(config.teachers, teachers, strict=True)})
 
     model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
-    engine = rl_training_engine(model, config.optimizer, global_batch=config.prompts_per_step, world_size=dist.world_size)
+    shape = step_shape(config.prompts_per_step, dist.world_size, config.compute.micro_batch_size, "prompts_per_step")
+    engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, teachers=teachers)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
     agent_tasks = sorted({task for teacher in config.teachers for task in teacher.agent_tasks})
     with ExitStack() as stack:
-        scorers = teacher_engines(stack, config.teachers, workdir, config.seed)
+        scorers = teacher_engines(stack, config.teachers, workdir, config.seed, config.compute.precision)
         services = stack.enter_context(TaskServices(dict.fromkeys(agent_tasks, 1.0), workdir)) if agent_tasks else None
         student = policy_engine(stack, config, engine, workdir, dist, start_step)
         for step in range(start_step, config.max_steps):
@@ -80,32 +84,39 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
             started = time.monotonic()
             batch = padded_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows],
                                  tokenizer.pad_token_id)
-            logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-            logp_new = next_token_logprobs(logits, batch.input_ids, config.sampling.temperature)
-            # One optimizer step per batch: π_θ_old is this forward without its gradient.
-            logp_old = logp_new.detach()
-            logp_teacher = response_aligned([len(r.prompt_ids) for r in rows], scored, logp_old.shape[1])
-            advantages = distill_advantages(logp_teacher, logp_old, batch.response_mask)
-            loss, stats = grpo_icepop_loss(logp_new, logp_old, batch.logp_infer, advantages, batch.response_mask,
-                                           config.objective)
-            finite.step(engine, loss, step + 1)
+            logp_teacher = response_aligned([len(r.prompt_ids) for r in rows], scored, batch.logp_infer.shape[1])
+
+            trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite,
+                                  step + 1, distill_loss_of(logp_teacher, config.objective), mean_over="sequences")
             train_s = time.monotonic() - started
             push_weights(engine, workdir, step + 1, dist.is_main,
                          lambda path, version=str(step + 1): student.update_weights(path, version))
 
-            kl = reverse_kl_by_teacher(logp_teacher, logp_old, batch.response_mask, [r.teacher for r in rows],
+            kl = reverse_kl_by_teacher(logp_teacher, trained.logp_old, batch.response_mask, [r.teacher for r in rows],
                                        list(shares))
+            advantages = distill_advantages(logp_teacher, trained.logp_old, batch.response_mask)
             checkpointer.end_of_step({
-                "step": step + 1, "loss": all_mean(float(loss)), "lr": engine.get_lr()[0],
+                "step": step + 1, "loss": all_mean(trained.loss), "lr": engine.get_lr()[0],
                 "reverse_kl": all_mean(float(-(advantages.sum() / batch.response_mask.sum()))),
                 **{name: all_mean(value) for name, value in kl.items()},
-                **{name: all_mean(value) for name, value in stats.items()},
+                **{name: all_mean(value) for name, value in trained.stats.items()},
                 "response_length": all_mean(batch.response_tokens / len(rows)),
                 **(episode_metrics(episodes, dist) if agent_tasks else {}),
                 **throughput(batch, rollout_s, teacher_s, train_s, dist),
-                "weight_version": step,
+                "weight_version": step, "peak_memory_mb": all_mean(peak_memory_mb()),
             })
     return checkpointer.finish()
+
+
+def distill_loss_of(logp_teacher: torch.Tensor, objective: IcePopSettings) -> LossOf:
+    """The Eq. 1 loss of a micro-batch (`policy_step`) with each token's advantage log π_teacher − log π_student."""
+    def loss_of(rows: slice, micro: TrainBatch, logp_new: torch.Tensor):
+        # One optimizer step per batch: π_θ_old is this forward without its gradient.
+        logp_old = logp_new.detach()
+        teacher = logp_teacher[rows, :logp_old.shape[1]].to(logp_old.device)
+        advantages = distill_advantages(teacher, logp_old, micro.response_mask)
+        return grpo_icepop_loss(logp_new, logp_old, micro.logp_infer, advantages, micro.response_mask, objective)
+    return loss_of
 
 
 def episode_metrics(episodes: list[RolloutResult], dist: Dist) -> dict:

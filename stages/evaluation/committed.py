@@ -16,6 +16,7 @@ from data_contracts import EVAL_V1, write_parquet
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
 from infra.publish import data_input, parent_ref, publish_for_inputs, published_contract
 from infra.store import ArtifactStore, CommittedArtifact
+from model.device import inference_device
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.presets import load_model
 from model.tokenizer import load_tokenizer
@@ -55,7 +56,7 @@ def evaluate_checkpoint(
 
     def run(workdir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
         local = checkpoint.download(workdir / "checkpoint")
-        model, tokenizer = load_model(local).eval(), load_tokenizer(local)
+        model, tokenizer = load_model(local).to(inference_device()).eval(), load_tokenizer(local)
         install_dsa_indexers(model)
         caps = {"search": settings.search_episodes}
         rows = {name: load_split([dataset], "test", workdir / name)[: caps.get(name)]

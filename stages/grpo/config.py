@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
 from rewards.loading import RewardModuleError, resolve_reward_target
-from stages.common.config import OptimizerSettings, SamplingSettings, StageIO
+from stages.common.config import ComputeSettings, OptimizerSettings, SamplingSettings, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 from stages.grpo.loss import IcePopSettings
 
@@ -53,6 +53,7 @@ class GrpoRecipe(BaseModel):
     oversample: int = Field(1, ge=1, description="draw this many times the prompts, train on the groups with signal")
     max_steps: int = Field(40, ge=1)
     optimizer: OptimizerSettings = OptimizerSettings(lr=5e-5, warmup_steps=5)
+    compute: ComputeSettings = ComputeSettings()
     sampling: SamplingSettings = SamplingSettings()
     objective: IcePopSettings = IcePopSettings()
     rewards: list[RewardSpec] = Field(default_factory=list, description="default: the stage's own rewards")

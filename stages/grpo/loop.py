@@ -15,7 +15,6 @@ from contextlib import ExitStack
 
 import torch
 
-from model.logprobs import next_token_logprobs
 from model.presets import load_model
 from rewards import load_reward_module, reward_module_refs
 from rollout.client import Sample
@@ -25,11 +24,13 @@ from stages.common.distributed import Dist, all_mean, rank_share
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, push_weights, rl_training_engine
+from stages.common.policy_step import LossOf, policy_step
 from stages.common.prompts import RlPrompt
 from stages.common.rl_batches import TrainBatch, train_batch
+from stages.common.training_engine import peak_memory_mb, step_shape
 from stages.grpo.anchors import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
 from stages.grpo.config import AnchorSettings, GeneralRlConfig, GrpoRecipe, ReasoningRlConfig
-from stages.grpo.loss import group_advantages, grpo_icepop_loss, zero_signal_groups
+from stages.grpo.loss import IcePopSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
 from stages.grpo.rewards import WeightedReward, group_rewards, informative_groups
 
 
@@ -43,8 +44,9 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
     rewards, reward_refs = load_rewards(config)
     events.emit("data", train_prompts=len(prompts), rewards=[r.name for r in rewards])
 
-    engine = rl_training_engine(model, config.optimizer, global_batch=config.prompts_per_step * config.group_size,
-                                world_size=dist.world_size, frozen=config.frozen)
+    shape = step_shape(config.prompts_per_step * config.group_size, dist.world_size, config.compute.micro_batch_size,
+                       "prompts_per_step × group_size")
+    engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size, frozen=config.frozen)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, reward_refs=reward_refs)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
@@ -75,33 +77,41 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             started = time.monotonic()
             batch = train_batch(samples, tokenizer.pad_token_id)
             keep = torch.tensor(kept).repeat_interleave(config.group_size)
-            advantages = group_advantages(rewards_by_group).flatten().to(torch.float32)
-            logits = engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-            logp_new = next_token_logprobs(logits, batch.input_ids, config.sampling.temperature)
-            # One optimizer step per rollout batch: θ_old is the current θ, so the trainer's own
-            # recomputation π_train(θ_old) is this forward, without its gradient.
-            logp_old, is_anchor_member = logp_new.detach(), is_anchor(samples)
-            if anchors_on:
-                advantages = advantages * anchor_weights(logp_old, batch.response_mask, is_anchor_member, anchors.min_weight)
-            loss, stats = grpo_icepop_loss(
-                logp_new, logp_old, behaviour_logprobs(batch.logp_infer, logp_old, is_anchor_member), advantages * keep,
-                batch.response_mask, config.objective,
-            )
-            finite.step(engine, loss, step + 1)
+            advantages = group_advantages(rewards_by_group).flatten().to(torch.float32) * keep
+            is_anchor_member = is_anchor(samples)
+
+            loss_of = grpo_loss_of(advantages, is_anchor_member, config.objective, anchors if anchors_on else None)
+            trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite,
+                                  step + 1, loss_of, mean_over="sequences")
             train_s = time.monotonic() - started
             push_weights(engine, workdir, step + 1, dist.is_main,
                          lambda path, version=str(step + 1): client.update_weights(path, version))
 
             checkpointer.end_of_step({
-                "step": step + 1, "loss": all_mean(float(loss)), "lr": engine.get_lr()[0],
+                "step": step + 1, "loss": all_mean(trained.loss), "lr": engine.get_lr()[0],
                 **{name: all_mean(value) for name, value in reward_means.items()},
                 "reward_mean": all_mean(reward_mean),
-                **{name: all_mean(value) for name, value in stats.items()},
+                **{name: all_mean(value) for name, value in trained.stats.items()},
                 "zero_signal_group_fraction": all_mean(zero_signal),
                 "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
                 **sample_metrics(samples, is_anchor_member, batch, rollout_s, train_s, dist),
             })
     return checkpointer.finish()
+
+
+def grpo_loss_of(advantages: torch.Tensor, is_anchor_member: torch.Tensor, objective: IcePopSettings,
+                 anchors: AnchorSettings | None) -> LossOf:
+    """The Eq. 1 loss of a micro-batch of the step's rows (`policy_step`), anchor members weighted."""
+    def loss_of(rows: slice, micro: TrainBatch, logp_new: torch.Tensor):
+        # One optimizer step per rollout batch: θ_old is the current θ, so the trainer's own
+        # recomputation π_train(θ_old) is this forward, without its gradient.
+        logp_old = logp_new.detach()
+        anchor, advantage = is_anchor_member[rows].to(logp_new.device), advantages[rows].to(logp_new.device)
+        if anchors is not None:
+            advantage = advantage * anchor_weights(logp_old, micro.response_mask, anchor, anchors.min_weight)
+        return grpo_icepop_loss(logp_new, logp_old, behaviour_logprobs(micro.logp_infer, logp_old, anchor),
+                                advantage, micro.response_mask, objective)
+    return loss_of
 
 
 def load_rewards(config: GrpoRecipe) -> tuple[list[WeightedReward], list]:
@@ -125,5 +135,5 @@ def sample_metrics(samples: list[Sample], anchors: torch.Tensor, batch: TrainBat
         "anchor_members": int(all_mean(float(anchors.sum())) * dist.world_size),
         "rollout_tokens_per_s": all_mean(sum(lengths) / rollout_s) * dist.world_size,
         "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,
-        "weight_version": samples[0].weight_version,
+        "weight_version": samples[0].weight_version, "peak_memory_mb": all_mean(peak_memory_mb()),
     }

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from data_contracts import PREFERENCE_V1
-from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO
+from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
 
@@ -18,6 +18,7 @@ class OrmRecipe(BaseModel):
     max_steps: int = Field(200, ge=1)
     global_batch_size: int = Field(32, ge=1, description="preference pairs per optimizer step")
     optimizer: OptimizerSettings = OptimizerSettings(lr=3e-4, warmup_steps=10)
+    compute: ComputeSettings = ComputeSettings()
     max_seq_len: int = Field(512, ge=16, description="pairs with a longer side are dropped (and counted)")
     heldout: HeldoutSettings = Field(HeldoutSettings(every=50, batch_size=64),
                                      description="held-out pairwise accuracy while training")
@@ -25,6 +26,12 @@ class OrmRecipe(BaseModel):
 
     _stage_defaults = STAGE_DEFAULTS
     _warmup_within_steps = WARMUP_WITHIN_STEPS
+
+    @model_validator(mode="after")
+    def _no_lora(self):
+        if self.compute.lora.rank:  # the scalar head and the trunk train together; adapters would freeze the head
+            raise ValueError("compute.lora: the ORM trains every weight (set lora.rank to 0)")
+        return self
 
 
 class TrainOrmConfig(OrmRecipe, StageIO):

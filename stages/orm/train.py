@@ -20,7 +20,9 @@ from stages.common.checkpointer import StageCheckpointer
 from stages.common.distributed import all_mean
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
+from stages.common.micro_batches import micro_slices
 from stages.common.policy import rl_training_engine
+from stages.common.training_engine import peak_memory_mb, step_shape
 from stages.orm.config import TrainOrmConfig
 from stages.orm.data import PairSample, collate_pairs, render_pairs
 from stages.orm.loss import bradley_terry_loss, pairwise_accuracy
@@ -39,8 +41,8 @@ def train(config: TrainOrmConfig, stage: StageInputs) -> str:
     events.emit("data", train_pairs=len(train_pairs.pairs), heldout_pairs=len(heldout.pairs),
                 dropped_too_long=train_pairs.dropped_too_long + heldout.dropped_too_long)
 
-    engine = rl_training_engine(model, config.optimizer, global_batch=config.global_batch_size,
-                                world_size=dist.world_size)
+    shape = step_shape(config.global_batch_size, dist.world_size, config.compute.micro_batch_size, "global_batch_size")
+    engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
@@ -50,35 +52,55 @@ def train(config: TrainOrmConfig, stage: StageInputs) -> str:
         pairs = batches.for_step(step, dist.rank, dist.world_size)
         started = time.monotonic()
         engine.train()
-        input_ids, attention_mask = collate_pairs(pairs, pad_id)
-        chosen, rejected = engine(input_ids, attention_mask).chunk(2)
-        loss = bradley_terry_loss(chosen, rejected)
-        finite.step(engine, loss, step + 1)
+        loss, chosen, rejected, tokens = pairs_step(engine, pairs, pad_id, shape.micro, finite, step + 1)
         record = {
-            "step": step + 1, "loss": all_mean(loss.item()), "lr": engine.get_lr()[0],
-            "train_accuracy": all_mean(pairwise_accuracy(chosen.detach(), rejected.detach())),
+            "step": step + 1, "loss": all_mean(loss), "lr": engine.get_lr()[0],
+            "train_accuracy": all_mean(pairwise_accuracy(chosen, rejected)),
             "margin": all_mean((chosen - rejected).mean().item()),
             "pairs_per_s": all_mean(len(pairs) / (time.monotonic() - started)) * dist.world_size,
-            "trained_tokens": int(all_mean(float(attention_mask.sum())) * dist.world_size),
+            "trained_tokens": int(all_mean(float(tokens)) * dist.world_size),
+            "peak_memory_mb": all_mean(peak_memory_mb()),
         }
         if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
-            record |= heldout_metrics(engine.module, heldout.pairs[: config.heldout.samples], pad_id, config.heldout.batch_size or config.global_batch_size)
+            record |= heldout_metrics(engine.module, heldout.pairs[: config.heldout.samples], pad_id,
+                                      config.heldout.batch_size or config.global_batch_size, engine.device)
         checkpointer.end_of_step(record)
     return checkpointer.finish()
 
 
+def pairs_step(engine, pairs: list[PairSample], pad_id: int, micro: int, finite: FiniteSteps, step: int):
+    """One optimizer step on this rank's `pairs`, `micro` at a time: the step's loss, the scores of the chosen
+    and the rejected replies, and the tokens scored. The Bradley–Terry loss is a mean over pairs: each
+    micro-batch's weighs by its share of them."""
+    chosen, rejected, tokens = [], [], 0
+
+    def micro_losses():
+        nonlocal tokens
+        for part in micro_slices(len(pairs), micro):
+            input_ids, attention_mask = (t.to(engine.device) for t in collate_pairs(pairs[part], pad_id))
+            scores_chosen, scores_rejected = engine(input_ids, attention_mask).chunk(2)
+            chosen.append(scores_chosen.detach())
+            rejected.append(scores_rejected.detach())
+            tokens += int(attention_mask.sum())
+            yield bradley_terry_loss(scores_chosen, scores_rejected) * (part.stop - part.start) / len(pairs)
+
+    loss = finite.step(engine, micro_losses(), step)
+    return loss, torch.cat(chosen).cpu(), torch.cat(rejected).cpu(), tokens
+
+
 @torch.no_grad()
-def heldout_metrics(model: ScalarRewardModel, pairs: list[PairSample], pad_id: int, batch_size: int) -> dict:
+def heldout_metrics(model: ScalarRewardModel, pairs: list[PairSample], pad_id: int, batch_size: int, device) -> dict:
     """Pairwise accuracy over every held-out pair, and per domain (`heldout_accuracy/<domain>`).
     Every rank scores all of them: the numbers are the same on each, no gather needed."""
     model.eval()
     chosen, rejected = [], []
     for start in range(0, len(pairs), batch_size):
-        scores_chosen, scores_rejected = model(*collate_pairs(pairs[start:start + batch_size], pad_id)).chunk(2)
+        batch = (tensor.to(device) for tensor in collate_pairs(pairs[start:start + batch_size], pad_id))
+        scores_chosen, scores_rejected = model(*batch).chunk(2)
         chosen.append(scores_chosen)
         rejected.append(scores_rejected)
     model.train()
-    chosen, rejected = torch.cat(chosen), torch.cat(rejected)
+    chosen, rejected = torch.cat(chosen).cpu(), torch.cat(rejected).cpu()
     by_domain = defaultdict(list)
     for index, pair in enumerate(pairs):
         by_domain[pair.domain].append(index)

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, Field, WithJsonSchema, model_validator
 
-from stages.common.config import HeldoutSettings, OptimizerSettings, StageIO
+from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
 ThinkingMode = Literal["interleaved", "preserved", "off"]
@@ -45,6 +45,7 @@ class SftRecipe(BaseModel):
     global_batch_size: int = Field(32, ge=1)
     max_steps: int = Field(600, ge=1)
     optimizer: OptimizerSettings = OptimizerSettings(lr=3e-3, warmup_steps=30)
+    compute: ComputeSettings = ComputeSettings()
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine decay to this share of the peak lr")
     heldout: HeldoutSettings = Field(HeldoutSettings(every=100, samples=128), description="held-out loss while training")
     checkpoint_every: int = Field(100, ge=1, description="Commit resume state every this many steps.")

@@ -7,6 +7,7 @@ import torch
 from model.dsa import indexer_kl_loss, recording_indexer_scores, set_dense_attention
 from stages.common.batches import Batch, TokenizedSample, collate
 from stages.common.finite import FiniteSteps
+from stages.common.micro_batches import micro_slices
 from stages.sft.objective import SftObjective
 
 
@@ -27,29 +28,44 @@ def enter_phase(objective: SftObjective, phase: str) -> None:
     set_dense_attention(objective, dense=phase != "sparse", score_keys=not dense_model_only)
 
 
-def train_step(engine, batch: Batch, phase: str, indexer_weight: float, finite: FiniteSteps, step: int) -> dict[str, float]:
-    """One optimizer step of `phase`, which `enter_phase` has set up. In the sparse phase LM loss and
-    indexer loss share one backward: the indexer reads detached inputs, so neither loss reaches the
-    other's parameters. In the indexer warm-up only the indexer loss is optimized. A non-finite loss
-    skips the update (`finite`)."""
+def train_step(engine, samples: list[TokenizedSample], pad_id: int, micro: int, phase: str, indexer_weight: float,
+               finite: FiniteSteps, step: int) -> dict[str, float]:
+    """One optimizer step of `phase`, which `enter_phase` has set up, over this rank's `samples` in micro-
+    batches of `micro`. Each micro-batch's LM loss weighs by its share of the samples with trained tokens,
+    its indexer loss by its share of the queries, so the step's loss is the whole share's. In the sparse
+    phase LM loss and indexer loss share one backward: the indexer reads detached inputs, so neither loss
+    reaches the other's parameters. In the indexer warm-up only the indexer loss is optimized. A
+    non-finite loss skips the update (`finite`)."""
     engine.train()
-    if phase == "dense":  # DSA not switched on yet: no indexer, no attention probabilities
-        lm, _ = engine(batch.input_ids, batch.attention_mask, batch.loss_mask)
-        indexer = torch.zeros(())
-    else:
-        lm, indexer = _forward(engine, batch, restrict_to_selected=phase == "sparse")
-    total = indexer_weight * indexer if phase == "indexer_warmup" else lm + indexer_weight * indexer
-    finite.step(engine, total, step)
-    return {"lm": lm.item(), "indexer": indexer.item()}
+    batches = [collate(samples[part], pad_id).to(engine.device) for part in micro_slices(len(samples), micro)]
+    targets = max(sum(batch.samples_with_targets for batch in batches), 1)
+    queries = sum(int(batch.attention_mask.sum()) for batch in batches)
+    step_losses = {"lm": 0.0, "indexer": 0.0}
+
+    def micro_losses():
+        for batch in batches:
+            lm_share, query_share = batch.samples_with_targets / targets, int(batch.attention_mask.sum()) / queries
+            if phase == "dense":  # DSA not switched on yet: no indexer, no attention probabilities
+                lm, _ = engine(batch.input_ids, batch.attention_mask, batch.loss_mask)
+                indexer = torch.zeros((), device=lm.device)
+            else:
+                lm, indexer = _forward(engine, batch, restrict_to_selected=phase == "sparse")
+            step_losses["lm"] += lm.item() * lm_share
+            step_losses["indexer"] += indexer.item() * query_share
+            indexer_part = indexer_weight * indexer * query_share
+            yield indexer_part if phase == "indexer_warmup" else lm * lm_share + indexer_part
+
+    finite.step(engine, micro_losses(), step)
+    return step_losses
 
 
 @torch.no_grad()
-def heldout_loss(objective, samples: list[TokenizedSample], pad_id: int, batch_size: int) -> float:
+def heldout_loss(objective, samples: list[TokenizedSample], pad_id: int, batch_size: int, device) -> float:
     objective.eval()
     total, count = 0.0, 0
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]
-        batch = collate(chunk, pad_id)
+        batch = collate(chunk, pad_id).to(device)
         loss, _ = objective(batch.input_ids, batch.attention_mask, batch.loss_mask)
         total += loss.item() * len(chunk)
         count += len(chunk)

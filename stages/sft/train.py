@@ -14,11 +14,12 @@ import torch
 
 from model.dsa import install_dsa_indexers
 from model.presets import load_model
-from stages.common.batches import Batch, GlobalBatches, collate
+from stages.common.batches import GlobalBatches, TokenizedSample
 from stages.common.checkpointer import StageCheckpointer
-from stages.common.distributed import Dist, all_mean, deepspeed_engine
+from stages.common.distributed import Dist, all_mean
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
+from stages.common.training_engine import StepShape, adapt_model, deepspeed_engine, peak_memory_mb, step_shape
 from stages.sft.config import DsaSchedule, SftConfig
 from stages.sft.data import render_rows
 from stages.sft.objective import SftObjective
@@ -41,7 +42,9 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     events.emit("data", train_samples=len(samples.samples), dropped_too_long=samples.dropped_too_long,
                 modes=samples.modes, heldout_samples=len(heldout_samples))
 
-    engine = build_engine(model, config, schedule, dist.world_size)
+    shape = step_shape(config.global_batch_size, dist.world_size, config.compute.micro_batch_size, "global_batch_size")
+    adapt_model(model, config.compute)
+    engine = build_engine(model, config, schedule, shape, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, model, tokenizer)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
@@ -53,39 +56,46 @@ def train(config: SftConfig, stage: StageInputs) -> str:
         if (step_phase := dsa_phase(step, schedule)) != phase:
             phase = step_phase
             enter_phase(engine.module, phase)
-        batch = collate(batches.for_step(step, dist.rank, dist.world_size), pad_id)
+        step_samples = batches.for_step(step, dist.rank, dist.world_size)
         started = time.monotonic()
-        losses = train_step(engine, batch, phase, schedule.indexer_loss_weight, finite, step + 1)
-        record = step_metrics(step + 1, phase, losses, engine, batch, time.monotonic() - started, dist)
+        losses = train_step(engine, step_samples, pad_id, shape.micro, phase, schedule.indexer_loss_weight, finite, step + 1)
+        record = step_metrics(step + 1, phase, losses, engine, step_samples, time.monotonic() - started, dist)
         if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
             record["heldout_loss"] = heldout_loss(engine.module, heldout_samples, pad_id,
-                                                  config.heldout.batch_size or config.global_batch_size)
+                                                  config.heldout.batch_size or shape.micro, engine.device)
         checkpointer.end_of_step(record)
     return checkpointer.finish()
 
 
-def build_engine(model, config: SftConfig, schedule: DsaSchedule, world_size: int):
-    """A DeepSpeed engine training `model` (a causal LM) through an SftObjective, on `schedule`'s DSA phases."""
+def build_engine(model, config: SftConfig, schedule: DsaSchedule, shape: StepShape, world_size: int):
+    """A DeepSpeed engine training `model` (a causal LM) through an SftObjective, on `schedule`'s DSA phases.
+    The indexer trains in SFT even where LoRA freezes the model's own weights."""
     settings = config.optimizer
     indexer_params = {id(p) for indexer in install_dsa_indexers(model) for p in indexer.parameters()}
-    groups = [{"params": [p for p in model.parameters() if id(p) not in indexer_params], "lr": settings.lr}]
+    for parameter in model.parameters():
+        if id(parameter) in indexer_params:
+            parameter.requires_grad_(True)
+    groups = [{"params": [p for p in model.parameters() if id(p) not in indexer_params and p.requires_grad],
+               "lr": settings.lr}]
     lambdas = [lambda step: main_lr_multiplier(step, config.max_steps, settings.warmup_steps, config.min_lr_ratio, schedule)]
     if indexer_params:  # the indexer learns at its own constant rate; a model without one has no such group
         groups.append({"params": [p for p in model.parameters() if id(p) in indexer_params], "lr": schedule.indexer_lr})
         lambdas.append(lambda step: 1.0)
     optimizer = torch.optim.AdamW(groups, weight_decay=settings.weight_decay, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
-    return deepspeed_engine(SftObjective(model), optimizer, scheduler, config.global_batch_size, world_size,
-                            settings.zero_stage, settings.grad_clip)
+    return deepspeed_engine(SftObjective(model), optimizer, scheduler, shape, world_size, settings, config.compute)
 
 
-def step_metrics(step: int, phase: str, losses: dict, engine, batch: Batch, seconds: float, dist: Dist) -> dict:
+def step_metrics(step: int, phase: str, losses: dict, engine, samples: list[TokenizedSample], seconds: float,
+                 dist: Dist) -> dict:
     """One step's record, averaged over ranks (token counts summed)."""
+    tokens = sum(len(sample.input_ids) for sample in samples)
+    trained = sum(sum(sample.loss_mask) for sample in samples)
     return {
         "step": step, "phase": phase,
         "loss": all_mean(losses["lm"]), "indexer_loss": all_mean(losses["indexer"]),
-        "lr": engine.get_lr()[0], "trained_tokens": int(all_mean(batch.trained_tokens) * dist.world_size),
-        "tokens_per_s": all_mean(batch.input_ids.numel() / seconds) * dist.world_size,
+        "lr": engine.get_lr()[0], "trained_tokens": int(all_mean(trained) * dist.world_size),
+        "tokens_per_s": all_mean(tokens / seconds) * dist.world_size, "peak_memory_mb": all_mean(peak_memory_mb()),
     }
 
 

@@ -1,0 +1,52 @@
+"""One optimizer step of a policy-gradient stage (GRPO, agentic RL, distillation) over a batch of sampled
+sequences, in micro-batches: forward, fp32 logprobs, the stage's loss, backward, one update.
+
+The stage gives the loss of a micro-batch (`loss_of(rows, batch, logp_new)`: the rows it holds, the
+micro-batch on the device, its logprobs with gradient). A loss averaged over sequences weighs by its
+share of the sequences, one averaged over tokens by its share of the tokens, so the micro-batches' losses
+sum to the loss of the whole batch (stages/common/micro_batches.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from model.logprobs import next_token_logprobs
+from stages.common.finite import FiniteSteps
+from stages.common.micro_batches import merged_stats, micro_slices
+from stages.common.rl_batches import TrainBatch
+
+LossOf = Callable[[slice, TrainBatch, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class PolicyStep:
+    loss: float
+    stats: dict[str, float]
+    logp_old: torch.Tensor  # [N, L-1] on the CPU: the trainer's logprobs of the batch before the update
+
+
+def policy_step(engine, batch: TrainBatch, micro: int | None, temperature: float, finite: FiniteSteps, step: int,
+                loss_of: LossOf, mean_over: Literal["sequences", "tokens"]) -> PolicyStep:
+    """Train once on `batch` (CPU tensors), `micro` sequences at a time (None: all at once)."""
+    rows, tokens = batch.input_ids.shape[0], batch.response_tokens
+    logp_old = torch.zeros_like(batch.logp_infer)
+    parts: list[tuple[dict[str, float], float]] = []
+
+    def micro_losses():
+        for part in micro_slices(rows, micro or rows):
+            micro_batch = batch.rows(part).to(engine.device)
+            logits = engine(input_ids=micro_batch.input_ids, attention_mask=micro_batch.attention_mask).logits
+            logp_new = next_token_logprobs(logits, micro_batch.input_ids, temperature)
+            logp_old[part, :logp_new.shape[1]] = logp_new.detach().cpu()
+            loss, stats = loss_of(part, micro_batch, logp_new)
+            parts.append((stats, float(micro_batch.response_tokens)))
+            share = (part.stop - part.start) / rows if mean_over == "sequences" else micro_batch.response_tokens / tokens
+            yield loss * share
+
+    loss = finite.step(engine, micro_losses(), step)
+    return PolicyStep(loss, merged_stats(parts), logp_old)
