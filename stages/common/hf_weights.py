@@ -4,6 +4,7 @@ Checkpoints and RL weight pushes both write through here."""
 
 from __future__ import annotations
 
+import re
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -34,22 +35,25 @@ def gathered(model: torch.nn.Module):
 
 
 def merged_lora_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
-    """`model`'s state dict with each LoRA layer's update W + (alpha/r)·B·A folded into its base weight,
-    under the base layer's own name; None for a model without adapters. The trained model is left as it
-    is (merging in place and back would drift the base weights a rounding at a time)."""
+    """`model`'s state dict with each LoRA layer's update (alpha/r)·B·A folded into the weight it adapts,
+    under that weight's own name; None for a model without adapters. Linear layers and the routed experts'
+    fused parameters (which peft adapts in place) alike. The trained model is left as it is (merging in
+    place and back would drift the base weights a rounding at a time)."""
     from peft.tuners.lora import LoraLayer
 
     adapted = {name: module for name, module in model.named_modules() if isinstance(module, LoraLayer)}
     if not adapted:
         return None
-    state = {}
-    for key, tensor in model.state_dict().items():
-        if ".lora_" in key:
-            continue
-        state[key.replace(".base_layer.", ".")] = tensor
+    state = {BASE_LAYER.sub("", key): tensor for key, tensor in model.state_dict().items() if ".lora_" not in key}
     with torch.no_grad():
         for name, layer in adapted.items():
-            base = layer.get_base_layer().weight
+            parameter = getattr(layer, "parameter_name", None) or "weight"
+            base = getattr(layer.get_base_layer(), parameter)
             delta = sum(layer.get_delta_weight(adapter) for adapter in layer.active_adapters)
-            state[f"{name}.weight"] = (base.float() + delta.float()).to(base.dtype)
+            state[f"{BASE_LAYER.sub('', name)}.{parameter}"] = (base.float() + delta.float()).to(base.dtype)
     return state
+
+
+# peft keeps an adapted module's own weights under `base_layer` (nested, where one module has two adapted
+# parameters); a plain model has them where the module is.
+BASE_LAYER = re.compile(r"\.base_layer(?=\.|$)")
