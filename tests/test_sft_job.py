@@ -1,4 +1,4 @@
-"""The SFT job as a real DeepSpeed process: ranks, resume after SIGKILL, committed checkpoint."""
+"""The SFT job as a real DeepSpeed process: resume after SIGKILL, committed checkpoint (ranks, ZeRO, precision: test_compute.py)."""
 
 import os
 import signal
@@ -12,16 +12,6 @@ from stages.common.events import parse_event
 from tests.sft_fixtures import losses, run_sft, small_config, start_sft
 
 pytestmark = pytest.mark.slow
-
-
-def test_two_ranks_zero2_match_one_rank(small_store, tmp_path):
-    one = run_sft(small_config(small_store, "ranks-1", optimizer={"lr": 3e-3, "warmup_steps": 2, "zero_stage": 2}), tmp_path, nproc=1)
-    two = run_sft(small_config(small_store, "ranks-2", optimizer={"lr": 3e-3, "warmup_steps": 2, "zero_stage": 2}), tmp_path, nproc=2)
-    assert len(losses(one)) == len(losses(two)) == 8
-    # Each rank averages its half of the batch; DeepSpeed averages the ranks: the same mean over samples.
-    # Summation order differs, and once attention is sparse a near-tie can select another key: 0.5%.
-    assert losses(one) == pytest.approx(losses(two), rel=5e-3)
-    assert losses(one)[-1] < losses(one)[0]
 
 
 def test_sigkill_then_rerun_resumes_from_the_last_committed_step(small_store, tmp_path):
