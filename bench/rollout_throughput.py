@@ -1,6 +1,7 @@
 """Decode tokens/s of our rollout engine against transformers' `model.generate`, same checkpoint and batch.
 
-Both run in this process, alternating, on one freshly initialised tiny checkpoint: greedy decoding of
+Both run in this process, alternating, on one freshly initialised checkpoint (`--model`), on the same
+device (CUDA when present) and in the same precision (`--precision`; auto: bf16 on a GPU): greedy decoding of
 `--new-tokens` tokens for `--batch` random prompts of `--prompt-len` tokens, stop tokens ignored so
 every row decodes the same number of tokens. The engine is timed without HTTP (its `generate`), so
 the figure compares the decoding loops; the HTTP hop is measured separately as `engine_http`.
@@ -19,8 +20,9 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
+from model.device import resolved_precision
 from model.dsa import install_dsa_indexers, set_dense_attention
-from model.presets import build_model, load_model
+from model.presets import PRESETS, build_model, load_model
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
 from rollout.engine import Engine
 from rollout.process import EngineProcess
@@ -35,26 +37,28 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", choices=sorted(PRESETS), default="glm5-tiny")
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
         checkpoint = Path(tmp) / "checkpoint"
         tokenizer = load_tokenizer(build_tokenizer_dir(Path(tmp) / "tokenizer", suite_conversations()))
-        build_model("glm5-tiny", tokenizer, seed=0).save_pretrained(checkpoint)
+        build_model(args.model, tokenizer, seed=0).save_pretrained(checkpoint)
         tokenizer.save_pretrained(checkpoint)
         prompts = torch.randint(10, len(tokenizer), (args.batch, args.prompt_len),
                                 generator=torch.Generator().manual_seed(0)).tolist()
 
-        engine = Engine(checkpoint)
+        engine = Engine(checkpoint, precision=args.precision)
         request = GenerateRequest(input_ids=prompts, sampling_params=SamplingParams(
             temperature=0.0, max_new_tokens=args.new_tokens, ignore_eos=True))
-        reference = load_model(checkpoint).eval()
+        reference = load_model(checkpoint, dtype=engine.dtype).to(engine.device).eval()
         install_dsa_indexers(reference)
         set_dense_attention(reference, dense=False)
         config = GenerationConfig(do_sample=False, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=None, use_cache=True)
-        ids = torch.tensor(prompts)
+        ids = torch.tensor(prompts, device=engine.device)
 
         def run_engine() -> int:
             completions, _ = engine.generate(request)
@@ -72,7 +76,7 @@ def main() -> None:
                 tokens = run()
                 timings[name].append(tokens / (time.perf_counter() - started))
 
-        with EngineProcess(str(checkpoint), Path(tmp) / "engine.log") as client:
+        with EngineProcess(str(checkpoint), Path(tmp) / "engine.log", precision=args.precision) as client:
             client.generate(prompts[:2], request.sampling_params)  # warm-up
             started = time.perf_counter()
             samples = client.generate(prompts, request.sampling_params, return_logprob=True)
@@ -85,7 +89,8 @@ def main() -> None:
         "ratio": round(best["engine"] / best["transformers_generate"], 3),
         "engine_http_tokens_per_s": round(http, 1),
         "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-        "rounds": args.rounds, "threads": args.threads,
+        "rounds": args.rounds, "threads": args.threads, "model": args.model,
+        "device": "cuda" if torch.cuda.is_available() else "cpu", "precision": resolved_precision(args.precision),
     }, indent=2))
 
 
