@@ -98,9 +98,9 @@ class OptimizerSettings(BaseModel):
                                   json_schema_extra={"default": "0"})
 
 
-# The linear layers LoRA adapts by default: GLM-5's attention projections (MLA) and the dense and shared-
-# expert MLPs. Routed experts are fused 3-D parameters, not linear modules; the DSA indexer stays as SFT
-# trained it (frozen in RL).
+# What LoRA adapts by default: GLM-5's attention projections (MLA) and the MLP projections. peft maps the
+# MLP names onto the routed experts' fused 3-D parameters (the dense first layer's and the shared experts'
+# MLPs then stay as they are); the DSA indexer stays as SFT trained it (frozen in RL).
 LORA_TARGETS = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -111,7 +111,7 @@ class LoraSettings(BaseModel):
     model_config = STRICT
     rank: int = Field(0, ge=0, description="adapter rank; 0 trains every weight (no LoRA)")
     alpha: float = Field(16.0, gt=0, description="scaling: the adapter's update is alpha / rank · B A")
-    targets: list[str] = Field(list(LORA_TARGETS), min_length=1, description="names of the linear layers adapted")
+    targets: list[str] = Field(list(LORA_TARGETS), min_length=1, description="names of the layers adapted")
 
 
 class ComputeSettings(BaseModel):
