@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from infra.store import open_store
-from stages.common.config import HeldoutSettings
-from stages.common.training_engine import step_shape
+from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings
+from stages.common.training_engine import deepspeed_config, step_shape
 from stages.prepare import prepare
 from suites.prepare import SuiteSizes
 from tests.sft_fixtures import losses, run_sft, small_config
@@ -38,6 +38,8 @@ def test_a_global_batch_that_does_not_divide_names_the_three_numbers():
     assert step_shape(32, 2, None, "global_batch_size").micro == 16
     with pytest.raises(ValueError, match=r"global_batch_size 30 is not compute.micro_batch_size 4 × 2 rank"):
         step_shape(30, 2, 4, "global_batch_size")
+    with pytest.raises(ValueError, match=r"offload_optimizer needs optimizer.zero_stage 1, 2 or 3"):
+        deepspeed_config(step_shape(8, 1, None, "b"), 1, OptimizerSettings(), ComputeSettings(offload_optimizer=True))
 
 
 def test_sft_micro_batches_accumulate_to_the_whole_batch_and_checkpointing_changes_nothing(small_store, tmp_path):
@@ -51,8 +53,10 @@ def test_sft_micro_batches_accumulate_to_the_whole_batch_and_checkpointing_chang
     # Under ZeRO-2, which reduces each micro-batch's gradients into its shards as backward goes.
     micro = run_sft(sft_config(small_store, "micro", dsa=dsa, optimizer={**slower, "zero_stage": 2}, micro_batch_size=4),
                     tmp_path)
-    checkpointed = run_sft(sft_config(small_store, "checkpointed", dsa=dsa, optimizer=slower, max_steps=5,
-                                      micro_batch_size=4, activation_checkpointing=True), tmp_path)
+    # Activation checkpointing, with the optimizer state offloaded to CPU memory as well.
+    checkpointed = run_sft(sft_config(small_store, "checkpointed", dsa=dsa, optimizer={**slower, "zero_stage": 2},
+                                      max_steps=5, micro_batch_size=4, activation_checkpointing=True,
+                                      offload_optimizer=True), tmp_path)
     # Micro 4 × accumulation 8 is micro 32 × accumulation 1, the LM and the indexer loss alike.
     assert len(losses(whole)) == len(losses(micro)) == 10
     assert losses(micro) == pytest.approx(losses(whole), abs=1e-5)
