@@ -104,11 +104,15 @@ def test_the_form_shows_choices_and_code_defaults_as_values():
     assert set(mix["properties"]) == {"interleaved", "preserved", "off"}
     assert mix["default"] == {"interleaved": 0.6, "preserved": 0.2, "off": 0.2}
     zero = schema["$defs"]["OptimizerSettings"]["properties"]["zero_stage"]
-    assert zero["enum"] == ["0", "1", "2"] and zero["default"] == "0"  # a choice the form shows, 0 included
+    assert zero["enum"] == ["0", "1", "2", "3"] and zero["default"] == "0"  # a choice the form shows, 0 included
     assert SftConfig(**IO, optimizer={"zero_stage": "2"}).optimizer.zero_stage == 2
     assert SftConfig(**IO, optimizer={"zero_stage": 1}).optimizer.zero_stage == 1
     with pytest.raises(ValidationError, match="zero_stage"):
-        SftConfig(**IO, optimizer={"zero_stage": "3"})
+        SftConfig(**IO, optimizer={"zero_stage": "4"})
+    compute = schema["$defs"]["ComputeSettings"]["properties"]  # every stage's form has the same section
+    assert compute["precision"]["enum"] == ["auto", "fp32", "bf16"] and compute["precision"]["default"] == "auto"
+    assert all("compute" in config.model_json_schema()["properties"]
+               for config in (ReasoningRlConfig, GeneralRlConfig, AgenticRlConfig, TrainOrmConfig, DistillConfig))
     with pytest.raises(ValidationError, match="thinking_mix.interleaved"):
         SftConfig(**IO, thinking_mix={"interleaved": 1.5, "off": -0.5})
     rewards = ReasoningRlConfig.model_json_schema()["properties"]["rewards"]["default"]
