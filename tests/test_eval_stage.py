@@ -13,7 +13,7 @@ def test_search_episodes_are_capped_apart_from_the_other_suites(small_store, tmp
     assert set(results) == {"sparse", "dense"}
 
     [name] = [n for n in store.list_committed("evals/")
-              if store.open(n).lineage()["config"]["settings"]["search_episodes"] == 2]
+              if store.open(n).lineage()["config"].get("settings", {}).get("search_episodes") == 2]
     rows = read_parquet(EVAL_V1, store.open(name).download(tmp_path / "eval") / "metrics.parquet").to_pylist()
     counts = {(row["suite"], row["metric"]): row["n"] for row in rows}
     assert counts[("arith", "accuracy@sparse")] == 4
