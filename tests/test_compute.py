@@ -38,6 +38,8 @@ def test_a_global_batch_that_does_not_divide_names_the_three_numbers():
     assert step_shape(32, 2, None, "global_batch_size").micro == 16
     with pytest.raises(ValueError, match=r"global_batch_size 30 is not compute.micro_batch_size 4 × 2 rank"):
         step_shape(30, 2, 4, "global_batch_size")
+    with pytest.raises(ValueError, match=r"prompts_per_step 6 does not split over 4 ranks"):
+        step_shape(6, 4, None, "prompts_per_step")
     with pytest.raises(ValueError, match=r"offload_optimizer needs optimizer.zero_stage 1, 2 or 3"):
         deepspeed_config(step_shape(8, 1, None, "b"), 1, OptimizerSettings(), ComputeSettings(offload_optimizer=True))
 
