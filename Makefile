@@ -11,9 +11,7 @@ PIP_TORCH_ARGS ?=
 DEEPSPEED_SPEC ?= deepspeed==0.19.8
 PYTEST_ARGS ?=
 # Two test processes (pytest-xdist), one file at a time each: most tests wait on the subprocesses they
-# start (servers, stage jobs, engines), so two cores carry two files at once. Files go out in collection
-# order, the long fault-injection files (tests/faults/) first: xdist's default, most tests first, left
-# them for last, one worker running them alone. PYTEST_WORKERS=0: one process.
+# start (servers, stage jobs, engines), so two cores carry two files at once. PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 2
 # torch comes from pip (it honours PIP_TORCH_ARGS and pip's own index settings), without compiling
 # its thousands of modules to bytecode up front (a minute on 2 cores; Python compiles what it imports);
@@ -54,7 +52,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) artifacts runs build *.egg-info .pytest_cache .hypothesis
