@@ -54,9 +54,9 @@ def weights_push_dir(workdir: Path) -> Path:
 
 
 def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Callable[[str], None] | None) -> str:
-    """Rank 0 writes the weights (ZeRO-3's gathered, LoRA's merged); `deliver(path)` (where given) makes engines load them; every rank
-    waits until all have, so nothing samples from the old weights afterwards (on-policy). Returns the
-    weights' directory, which stays until the next push."""
+    """Rank 0 writes the weights (ZeRO-3's gathered, LoRA's merged); `deliver(path)` (where given) makes
+    engines load them; every rank waits until all have, so nothing samples from the old weights afterwards
+    (on-policy). Returns the weights' directory, which stays until the next push."""
     pushes = weights_push_dir(workdir)
     target = pushes / f"v{version}"
     save_hf(engine.module, target, is_main)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from model.device import resolved_precision
-from stages.common.config import ComputeSettings, OptimizerSettings
+from stages.common.config import ComputeSettings, OptimizerSettings, per_rank
 
 
 @dataclass(frozen=True)
@@ -26,9 +26,7 @@ class StepShape:
 def step_shape(global_batch: int, world_size: int, micro_batch_size: int | None, field: str) -> StepShape:
     """`global_batch` (the config's `field`) as micro × accumulation × world size, or a ValueError naming
     the three numbers that do not multiply out."""
-    if micro_batch_size is None and global_batch % world_size:
-        raise ValueError(f"{field} {global_batch} does not split over {world_size} ranks")
-    micro = micro_batch_size or global_batch // world_size
+    micro = micro_batch_size or per_rank(global_batch, world_size, field)
     if global_batch % (micro * world_size):
         raise ValueError(f"{field} {global_batch} is not compute.micro_batch_size {micro} × {world_size} rank(s) × "
                          f"a whole number of accumulation steps")
