@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from infra.launch import LocalLauncher
+from infra.launch import run_stage_job
+from infra.launchers.local import LocalLaunch
 from infra.store import open_store
 from stages.agentic.config import AgenticRlConfig
 from stages.common.events import parse_event
@@ -39,7 +40,7 @@ def run_mode(mode: str, store: dict, args, workdir: Path) -> dict:
     path.write_text(config.model_dump_json())
     steps = []
     started = time.monotonic()
-    LocalLauncher(nproc=1, threads_per_proc=args.threads).run(
+    run_stage_job(LocalLaunch(nproc=1, threads_per_proc=args.threads),
         "stages.agentic.train", path, lambda line: steps.append(e) if (e := parse_event(line)) and e["event"] == "step" else None)
     trained = sum(args.group_size * args.groups_per_step for _ in steps)
     return {"mode": mode, "trained_samples": trained, "samples_per_s": steps[-1]["samples_per_s"],

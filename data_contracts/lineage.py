@@ -75,6 +75,8 @@ class Lineage(_Record):
     libraries: dict[str, str] = Field(default_factory=dict)
     seed: int | None = None
     prefect: PrefectRunRef | None = None
+    # The job that made it, as its scheduler names it: slurm:1234, kubernetes:ns/name, local:host:pid.
+    job: str | None = None
     triggered_by: str | None = None
     wandb_run: str | None = None
     eval_summary: dict[str, float] = Field(default_factory=dict)

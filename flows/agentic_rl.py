@@ -14,8 +14,8 @@ from stages.evaluation.agentic import AgenticEvalSettings, evaluate_agentic
 
 
 @task
-def train_agentic_rl(config: AgenticRlConfig, nproc: int) -> dict:
-    return train_stage(config, nproc)
+def train_agentic_rl(config: AgenticRlConfig) -> dict:
+    return train_stage(config)
 
 
 @task
@@ -25,7 +25,7 @@ def evaluate_tool_tasks(store_root: str | None, checkpoint: str, datasets: list[
 
 
 @flow(name="agentic_rl", log_prints=True)
-def agentic_rl(config: AgenticRlConfig, nproc: int = 1, eval_settings: AgenticEvalSettings | None = None) -> dict:
+def agentic_rl(config: AgenticRlConfig, eval_settings: AgenticEvalSettings | None = None) -> dict:
     """Fully asynchronous agentic RL from `config.init_checkpoint`; held-out tool-task success before and after.
 
     The stage starts its engine replicas and task services itself and stops them when it ends."""
@@ -34,7 +34,7 @@ def agentic_rl(config: AgenticRlConfig, nproc: int = 1, eval_settings: AgenticEv
     eval_settings = eval_settings or AgenticEvalSettings(seed=config.data_seed)
     tasks = sorted(config.tasks)
     before = evaluate_tool_tasks(config.store, config.init_checkpoint, config.datasets, tasks, eval_settings)
-    trained = train_agentic_rl(config, nproc)
+    trained = train_agentic_rl(config)
     after = evaluate_tool_tasks(config.store, trained["checkpoint"], config.datasets, tasks, eval_settings)
     publish_stage("agentic_rl", config, trained, before, after)
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],

@@ -90,6 +90,7 @@ def publish_lineage_card(stage: str, checkpoint_uri: str, lineage: Lineage) -> N
         f"- code: `{lineage.code.git_sha}`" + (" (dirty)" if lineage.code.dirty else ""),
         f"- config sha256: `{lineage.config_sha256}`",
         f"- seed: {lineage.seed}",
+        *([f"- job: `{lineage.job}`"] if lineage.job else []),
         "",
         "| role | uri | digest |",
         "|---|---|---|",

@@ -41,8 +41,8 @@ class DistillEvalSettings:
 
 
 @task
-def train_distill(config: DistillConfig, nproc: int) -> dict:
-    return train_stage(config, nproc)
+def train_distill(config: DistillConfig) -> dict:
+    return train_stage(config)
 
 
 @task
@@ -68,19 +68,19 @@ def by_teacher(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
 
 
 @flow(name="distill", log_prints=True)
-def distill(config: DistillConfig, nproc: int = 1, eval_settings: DistillEvalSettings | None = None) -> dict:
+def distill(config: DistillConfig, eval_settings: DistillEvalSettings | None = None) -> dict:
     """On-policy distillation of every teacher into the student; per teacher domain: the teacher's score,
     the student's before and after, and the share of the teacher's score the student keeps."""
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "distill")
     eval_settings = eval_settings or DistillEvalSettings()
     with ExitStack() as stack:
-        config = with_shared_engine(stack, config, nproc)
+        config = with_shared_engine(stack, config)
         teachers = {t.source: evaluate_domain(config.store, t.checkpoint, t, eval_settings, config.engine_url)
                     for t in config.teachers}
         before = {t.source: evaluate_domain(config.store, config.init_checkpoint, t, eval_settings, config.engine_url)
                   for t in config.teachers}
-        trained = train_distill(config, nproc)
+        trained = train_distill(config)
         after = {t.source: evaluate_domain(config.store, trained["checkpoint"], t, eval_settings, config.engine_url)
                  for t in config.teachers}
     judged_by = {source: headline(source, teachers[source]) for source in teachers}

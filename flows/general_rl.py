@@ -16,8 +16,8 @@ from stages.grpo.config import GeneralRlConfig
 
 
 @task
-def train_general_rl(config: GeneralRlConfig, nproc: int) -> dict:
-    return train_stage(config, nproc)
+def train_general_rl(config: GeneralRlConfig) -> dict:
+    return train_stage(config)
 
 
 @task
@@ -27,15 +27,15 @@ def evaluate_rules_and_rewards(config: GeneralRlConfig, checkpoint: str, setting
 
 
 @flow(name="general_rl", log_prints=True)
-def general_rl(config: GeneralRlConfig, nproc: int = 1, eval_settings: GeneralEvalSettings | None = None) -> dict:
+def general_rl(config: GeneralRlConfig, eval_settings: GeneralEvalSettings | None = None) -> dict:
     """GRPO + IcePop with the configured (by default mixed) reward; held-out rule compliance and reward before and after."""
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "general_rl")
     eval_settings = eval_settings or GeneralEvalSettings(seed=config.seed)
     with ExitStack() as stack:
-        config = with_shared_engine(stack, config, nproc)
+        config = with_shared_engine(stack, config)
         before = evaluate_rules_and_rewards(config, config.init_checkpoint, eval_settings)
-        trained = train_general_rl(config, nproc)
+        trained = train_general_rl(config)
         after = evaluate_rules_and_rewards(config, trained["checkpoint"], eval_settings)
     publish_stage("general_rl", config, trained, before, after)
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],

@@ -12,7 +12,7 @@ from prefect import get_run_logger, runtime
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from flows.tracking import PROJECT, wandb_run_id
-from infra.launch import LocalLauncher
+from infra.launch import StageFailed, run_stage_job
 from infra.store import open_store
 from rollout.process import EngineProcess
 from stages.common import checkpointer
@@ -42,6 +42,7 @@ class JobProgress:
         self.history: list[dict] = []
         self.percent_shown = 0
         self.final: dict | None = None
+        self.error: str | None = None  # the first error a rank reported
         self.started: tuple[float, int] | None = None  # (when, step) of the first step seen: the rate's origin
 
     def __call__(self, line: str) -> None:
@@ -69,17 +70,25 @@ class JobProgress:
                 )
         else:
             self.logger.info(f"{self.stage} {kind}: {json.dumps({k: v for k, v in event.items() if k != 'event'})}")
+        if kind == "error" and self.error is None:
+            self.error = f"rank {event['rank']}: {event['error']}"
         if kind == "done":
             self.final = event
             update_progress_artifact(self.artifact_id, progress=100.0)
 
 
-def run_job(stage: str, module: str, config_json: str, workdir: Path, nproc: int) -> JobProgress:
+def run_job(config: StageIO, workdir: Path) -> JobProgress:
+    """Run the stage's job where its `launch` says; the run log names the job as its scheduler knows it."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "run.json"
-    config_path.write_text(config_json)
+    config_path.write_text(config.model_dump_json(indent=2))
+    stage = config.stage_name
     progress = JobProgress(stage)
-    LocalLauncher(nproc=nproc).run(module, config_path, progress)
+    try:
+        run_stage_job(config.launch, config.entry_module, config_path, progress,
+                      on_start=lambda job_id: progress.logger.info(f"{stage}: job {job_id} started ({config.launch.kind})"))
+    except StageFailed as failure:
+        raise (failure.because(progress.error) if progress.error else failure) from None
     if progress.final is None:
         raise RuntimeError(f"{stage} job finished without reporting its checkpoint")
     return progress
@@ -90,7 +99,7 @@ def stage_workdir(config: StageIO) -> Path:
     return Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id
 
 
-def train_stage(config: StageIO, nproc: int) -> dict:
+def train_stage(config: StageIO) -> dict:
     """Run a stage's trainer on its config; its final checkpoint URI, per-step history and the job's wall time.
 
     A config whose output is committed (the same config, inputs and code ran to the end before) starts
@@ -102,7 +111,7 @@ def train_stage(config: StageIO, nproc: int) -> dict:
         get_run_logger().info(f"{config.stage_name}: {artifact.uri} is committed for this config, inputs and code; not retrained")
         return {"checkpoint": artifact.uri, "history": state["history"], "train_s": 0.0, "skipped": True}
     started = time.monotonic()
-    progress = run_job(config.stage_name, config.entry_module, config.model_dump_json(indent=2), stage_workdir(config), nproc)
+    progress = run_job(config, stage_workdir(config))
     return {"checkpoint": progress.final["checkpoint"], "history": progress.history,
             "train_s": round(time.monotonic() - started, 1)}
 
@@ -118,13 +127,14 @@ def with_flow_provenance(config: StageIO) -> StageIO:
     })})
 
 
-def with_shared_engine(stack: ExitStack, config, nproc: int):
+def with_shared_engine(stack: ExitStack, config):
     """The config pointed at one engine started for the whole stage, unless it names one or will not train.
 
     One engine serves the evaluation before, the training and the evaluation after: each engine start
-    costs seconds of stage time. With several ranks, each rank starts its own instead.
+    costs seconds of stage time. With several ranks, or a job on other machines, each rank starts its own.
     """
-    if config.engine_url or nproc != 1 or open_store(config.store).is_committed(config.output_name):
+    single_local_rank = config.launch.kind == "local" and config.launch.nproc == 1
+    if config.engine_url or not single_local_rank or open_store(config.store).is_committed(config.output_name):
         return config
     # The stage's job pushes its weights inside its own scratch folder, under the stage's.
     engine = stack.enter_context(EngineProcess(config.init_checkpoint, stage_workdir(config) / "engine.log",

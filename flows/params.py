@@ -27,7 +27,8 @@ class PipelineParams(BaseModel):
     reports_dir: str | None = Field(None, description="Where this machine keeps run reports (RUN_ID/summary.json, "
                                                       "report.md, LATEST); default the store's runs folder. "
                                                       "The report is committed into the store as well.")
-    nproc: int = Field(1, ge=1, description="Trainer processes per stage on this machine.")
+    nproc: int | None = Field(None, ge=1, description="Trainer processes per stage for the stages that run on "
+                                                       "this machine; default the spec's launch.")
     from_stage: StageName | None = Field(None, description="Start at this stage; the ones before it are not run.")
     to_stage: StageName | None = Field(None, description="Stop after this stage; the ones after it are not run.")
     init: str | None = Field(None, description="With from_stage: the committed checkpoint that stands for the "
@@ -56,5 +57,16 @@ class PipelineParams(BaseModel):
             spec, base = load_spec(self.spec)
             name = Path(self.spec).stem
         overrides = {key: value for key, value in (("seed", self.seed), ("store", self.store)) if value is not None}
-        return name, spec.model_copy(update=overrides), base
+        spec = spec.model_copy(update=overrides)
+        return name, spec if self.nproc is None else with_local_ranks(spec, self.nproc), base
+
+
+def with_local_ranks(spec: PipelineSpec, nproc: int) -> PipelineSpec:
+    """The spec with `nproc` ranks for every stage whose launch is this machine."""
+    def local(launch):
+        return launch.model_copy(update={"nproc": nproc}) if launch is not None and launch.kind == "local" else launch
+
+    stages = {name: section.model_copy(update={"launch": local(section.launch)})
+              for name, section in spec.stages if section is not None}
+    return spec.model_copy(update={"launch": local(spec.launch), "stages": spec.stages.model_copy(update=stages)})
 

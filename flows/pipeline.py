@@ -128,16 +128,19 @@ def stage_run_id(stage: str, fields: dict, trainer_code: str | None = None) -> s
     re-run resumes or skips, and a changed trainer trains anew. `trainer_code` defaults to the
     digest of the trainers' sources."""
     code = trainer_code or source_digest(*TRAINER_CODE)
-    determining = {k: v for k, v in fields.items() if k != "store"} | {"code": code}
+    # Where the job runs (store, launcher) does not change what it computes.
+    determining = {k: v for k, v in fields.items() if k not in ("store", "launch")} | {"code": code}
     return f"{stage}-{config_digest(determining)[:12]}"
 
 
 def stage_fields(spec: PipelineSpec, stage: str, prepared: dict, init_checkpoint: str, **more) -> dict:
-    """A stage config's fields: the spec's recipe, its resolved datasets, the run's store and seed."""
+    """A stage config's fields: the spec's recipe, its resolved datasets, the run's store and seed, and
+    where it runs (the section's launch, else the spec's)."""
     section = getattr(spec.stages, stage)
     datasets = {"datasets": prepared["stages"][stage]} if stage in prepared["stages"] else {}
+    launch = (section.launch or spec.launch).model_dump(mode="json")
     return dict(recipe_fields(section), store=spec.store, seed=spec.seed, init_checkpoint=init_checkpoint,
-                **datasets, **more)
+                launch=launch, **datasets, **more)
 
 
 def sft_config(spec: PipelineSpec, prepared: dict, trainer_code: str | None = None) -> SftConfig:
@@ -242,21 +245,20 @@ def pipeline(params: PipelineParams) -> dict:
         evaluate(spec.store, outputs["init"], prepared["evaluated"], eval_settings, ("sparse",))
         stage_started = time.monotonic()
         config = sft_config(spec, prepared | {"init_checkpoint": outputs["init"]})
-        result = sft(config, datasets_by_suite=prepared["evaluated"], nproc=params.nproc, eval_settings=eval_settings)
+        result = sft(config, datasets_by_suite=prepared["evaluated"], eval_settings=eval_settings)
         finished("sft", result, stage_started)
         extra_columns["sft"] = {"after (dense attention)": result["metrics_after_dense"]}
 
     if runs["reasoning_rl"]:
         stage_started = time.monotonic()
         config = reasoning_rl_config(spec, prepared, latest(outputs, "reasoning_rl"))
-        result = reasoning_rl(config, nproc=params.nproc,
-                              eval_settings=replace(evals["reasoning_rl"], seed=spec.seed))
+        result = reasoning_rl(config, eval_settings=replace(evals["reasoning_rl"], seed=spec.seed))
         finished("reasoning_rl", result, stage_started)
 
     if runs["agentic_rl"]:
         stage_started = time.monotonic()
         config = agentic_rl_config(spec, prepared, latest(outputs, "agentic_rl"))
-        result = agentic_rl(config, nproc=params.nproc, eval_settings=replace(evals["agentic_rl"], seed=spec.seed))
+        result = agentic_rl(config, eval_settings=replace(evals["agentic_rl"], seed=spec.seed))
         finished("agentic_rl", result, stage_started)
 
     general_rewards = None
@@ -265,8 +267,7 @@ def pipeline(params: PipelineParams) -> dict:
         if spec.stages.orm is not None:
             # The reward model's trunk is the SFT checkpoint: it has read the replies the ORM will judge.
             stage_started = time.monotonic()
-            result = train_orm(orm_config(spec, prepared, outputs.get("sft", latest(outputs, "general_rl"))),
-                               nproc=params.nproc)
+            result = train_orm(orm_config(spec, prepared, outputs.get("sft", latest(outputs, "general_rl"))))
             stages.append(stage_record("train_orm", result, stage_started))
             histories["train_orm"] = result["history"]
             progress.finished("train_orm")
@@ -274,7 +275,7 @@ def pipeline(params: PipelineParams) -> dict:
         stage_started = time.monotonic()
         config = general_rl_config(spec, prepared, latest(outputs, "general_rl"), orm_checkpoint)
         general_rewards = config.rewards
-        result = general_rl(config, nproc=params.nproc, eval_settings=replace(evals["general_rl"], seed=spec.seed))
+        result = general_rl(config, eval_settings=replace(evals["general_rl"], seed=spec.seed))
         finished("general_rl", result, stage_started)
 
     if runs["distill"]:
@@ -283,7 +284,7 @@ def pipeline(params: PipelineParams) -> dict:
             recorded = Lineage.model_validate(open_store(spec.store).open(outputs["general_rl"]).lineage())
             general_rewards = [RewardSpec(**reward) for reward in recorded.config["rewards"]]
         stage_started = time.monotonic()
-        result = distill(distill_config(spec, latest(outputs, "distill"), teachers), nproc=params.nproc,
+        result = distill(distill_config(spec, latest(outputs, "distill"), teachers),
                          eval_settings=DistillEvalSettings(
                              sampled=replace(evals["reasoning_rl"], seed=spec.seed),
                              agentic=replace(evals["agentic_rl"], seed=spec.seed),

@@ -16,8 +16,8 @@ from stages.grpo.config import ReasoningRlConfig
 
 
 @task
-def train_reasoning_rl(config: ReasoningRlConfig, nproc: int) -> dict:
-    return train_stage(config, nproc)
+def train_reasoning_rl(config: ReasoningRlConfig) -> dict:
+    return train_stage(config)
 
 
 @task
@@ -27,7 +27,7 @@ def evaluate_with_engine(store_root: str | None, checkpoint: str, dataset: str,
 
 
 @flow(name="reasoning_rl", log_prints=True)
-def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None, nproc: int = 1,
+def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None,
                  eval_settings: SampledEvalSettings | None = None) -> dict:
     """GRPO + IcePop from `config.init_checkpoint`; held-out accuracy (greedy and sampled) before and after,
     on the test split of `eval_dataset` (default: the first of the config's datasets)."""
@@ -35,10 +35,10 @@ def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None, npr
     config = validate_stage_inputs(config, "reasoning_rl")
     eval_settings = eval_settings or SampledEvalSettings(seed=config.seed)
     with ExitStack() as stack:
-        config = with_shared_engine(stack, config, nproc)
+        config = with_shared_engine(stack, config)
         eval_dataset = eval_dataset or config.datasets[0]
         before = evaluate_with_engine(config.store, config.init_checkpoint, eval_dataset, eval_settings, config.engine_url)
-        trained = train_reasoning_rl(config, nproc)
+        trained = train_reasoning_rl(config)
         after = evaluate_with_engine(config.store, trained["checkpoint"], eval_dataset, eval_settings, config.engine_url)
     publish_stage("reasoning_rl", config, trained, before, after)
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],

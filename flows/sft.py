@@ -14,8 +14,8 @@ from stages.sft.config import SftConfig
 
 
 @task
-def train_sft(config: SftConfig, nproc: int) -> dict:
-    return train_stage(config, nproc)
+def train_sft(config: SftConfig) -> dict:
+    return train_stage(config)
 
 
 @task
@@ -25,7 +25,7 @@ def evaluate(store_root: str | None, checkpoint: str, datasets: dict[str, str], 
 
 
 @flow(name="sft", log_prints=True)
-def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None, nproc: int = 1,
+def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None,
         eval_settings: EvalSettings | None = None) -> dict:
     """Train, then evaluate before/after (sparse and dense attention) on the held-out splits."""
     config = with_flow_provenance(config)
@@ -33,7 +33,7 @@ def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None, npro
     eval_settings = eval_settings or EvalSettings()
     suites = datasets_by_suite or {}
     before = evaluate(config.store, config.init_checkpoint, suites, eval_settings, ("sparse",))
-    trained = train_sft(config, nproc)
+    trained = train_sft(config)
     after = evaluate(config.store, trained["checkpoint"], suites, eval_settings, ("sparse", "dense"))
     publish_stage("sft", config, trained, before["sparse"], after["sparse"])
     return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],

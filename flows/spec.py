@@ -15,6 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from infra.launchers import LaunchSettings, LocalLaunch
 from stages.agentic.config import AgenticRecipe
 from stages.common.recipe import STRICT
 from stages.distill.config import DistillRecipe
@@ -30,6 +31,10 @@ from suites.prepare import SUITES, SuiteSizes
 # The spec files of the presets: the repository's specs/ folder.
 SPEC_DIR = Path(__file__).resolve().parent.parent / "specs"
 EmbeddedSuite = Literal[tuple(SUITES)]  # type: ignore[valid-type]
+
+
+def stage_launch():
+    return Field(None, description="Where this stage's job runs; default the spec's launch.")
 
 
 def dataset_refs():
@@ -87,30 +92,36 @@ class DataSpec(BaseModel):
 # A stage's section is its own typed recipe plus what the pipeline needs to run it: the datasets it
 # reads and how it is evaluated. The recipe's fields sit at the section's top level (stages.sft.max_steps).
 class SftSpec(SftRecipe):
+    launch: LaunchSettings | None = stage_launch()
     datasets: list[str] = dataset_refs()
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
 
 class ReasoningRlSpec(GrpoRecipe):
+    launch: LaunchSettings | None = stage_launch()
     datasets: list[str] = dataset_refs()
     eval: SampledEvalSettings = Field(default_factory=SampledEvalSettings)
 
 
 class AgenticRlSpec(AgenticRecipe):
+    launch: LaunchSettings | None = stage_launch()
     datasets: list[str] = dataset_refs()
     eval: AgenticEvalSettings = Field(default_factory=AgenticEvalSettings)
 
 
 class OrmSpec(OrmRecipe):
+    launch: LaunchSettings | None = stage_launch()
     datasets: list[str] = dataset_refs()
 
 
 class GeneralRlSpec(GrpoRecipe):
+    launch: LaunchSettings | None = stage_launch()
     datasets: list[str] = dataset_refs()
     eval: GeneralEvalSettings = Field(default_factory=GeneralEvalSettings)
 
 
 class DistillSpec(DistillRecipe):
+    launch: LaunchSettings | None = stage_launch()
     shares: dict[Literal["reasoning_rl", "agentic_rl", "general_rl"], int] = Field(
         default_factory=dict, description="A teacher's share of each batch (default 1); teachers are the RL stages run.")
 
@@ -145,6 +156,9 @@ class PipelineSpec(BaseModel):
     stages: StagesSpec
     seed: int = Field(0, description="Seed for data, model initialisation and every stage.")
     store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
+    launch: LaunchSettings = Field(default_factory=LocalLaunch, description=(
+        "Where every stage's job runs unless its section says otherwise: this machine, Slurm, DeepSpeed's "
+        "multi-node launcher, or Kubernetes."))
 
     @model_validator(mode="after")
     def _stages_have_what_they_need(self):

@@ -15,16 +15,16 @@ CHANCE = 0.5  # what pairwise accuracy is before training: a reward model that c
 
 
 @task
-def train_reward_model(config: TrainOrmConfig, nproc: int) -> dict:
-    return train_stage(config, nproc)
+def train_reward_model(config: TrainOrmConfig) -> dict:
+    return train_stage(config)
 
 
 @flow(name="train_orm", log_prints=True)
-def train_orm(config: TrainOrmConfig, nproc: int = 1) -> dict:
+def train_orm(config: TrainOrmConfig) -> dict:
     """A scalar-head ORM on preference@1 pairs (Bradley–Terry); held-out pairwise accuracy, overall and per domain."""
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "train_orm")
-    trained = train_reward_model(config, nproc)
+    trained = train_reward_model(config)
     lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
     after = {name: value for name, value in lineage.eval_summary.items() if "accuracy" in name}
     before = dict.fromkeys(after, CHANCE)

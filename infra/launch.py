@@ -1,78 +1,103 @@
-"""Start a stage as a (Deep)Speed job and stream its output: the local launcher.
+"""Run a stage job wherever its config says: one Protocol for every launcher, one way to run any of them.
 
-One process runs as plain `python -m <module>`; several run under `torchrun --standalone` on this
-machine. The job's stdout/stderr lines go to `on_line` as they arrive (the Prefect flow forwards
-them to the run log and turns progress events into a progress artifact). Multi-node launchers
-(DeepSpeed hostfile, Kubernetes, Slurm) start the very same command on each node.
+A launcher (infra/launchers/: this machine, Slurm, DeepSpeed over ssh, Kubernetes) starts
+`python -m <module> --config run.json` on every rank and hands back a `LaunchedJob`: its output lines
+as they arrive, its end (the scheduler's state and the exit code) and a cancel. `run_stage_job` drives
+one to its end for a flow, so a flow never changes with where its job runs.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from infra.lifetime import child_environment
 from infra.scratch import owned_dir
 
 # The job's scratch folder, for its ranks (stages/common/inputs.py).
 JOB_DIR_ENV = "POSTTRAIN_JOB_DIR"
+# Where the job ran, as the scheduler knows it ("slurm:1234", "kubernetes:ns/name"): lineage records it.
+JOB_ID_ENV = "POSTTRAIN_JOB_ID"
 JOB_PREFIX = "job-"
-
-
-class StageFailed(RuntimeError):
-    def __init__(self, module: str, returncode: int, tail: list[str]):
-        self.returncode, self.tail = returncode, tail
-        super().__init__(f"{module} exited with {returncode}; last lines:\n" + "\n".join(tail))
+TAIL_LINES = 40
 
 
 @dataclass(frozen=True)
-class LocalLauncher:
-    nproc: int = 1
-    threads_per_proc: int | None = None
-
-    def command(self, module: str, config_path: Path) -> list[str]:
-        if self.nproc == 1:
-            return [sys.executable, "-m", module, "--config", str(config_path)]
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.nproc}",
-                "-m", module, "--config", str(config_path)]
-
-    def environment(self) -> dict[str, str]:
-        env = child_environment()  # the job's ranks stop when this process is gone
-        threads = self.threads_per_proc or max(1, (os.cpu_count() or 1) // self.nproc)
-        # Several ranks on one CPU must not each spawn a thread per core.
-        env.setdefault("OMP_NUM_THREADS", str(threads))
-        if not _has_cuda():
-            env.setdefault("DS_ACCELERATOR", "cpu")
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # glibc hands blocks above its mmap threshold back to the OS on free, so every step's large
-        # activations were fresh page faults: 15% of an SFT job's CPU time went to the kernel. A fixed
-        # 32 MiB threshold and a lazy trim keep them in the heap (80 demo steps: 54 s → 51 s on CPU).
-        env.setdefault("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
-        return env
-
-    def run(self, module: str, config_path: Path, on_line: Callable[[str], None], cwd: Path | None = None) -> None:
-        """Run the job to its end. Its scratch folder (downloads, local checkpoints, weight pushes) beside
-        `config_path` is private to this launch, so two launches of one config (two pipelines on one store)
-        never share files; it goes when the job ends, or with the next launch once this one is gone."""
-        tail: list[str] = []
-        with owned_dir(config_path.parent, JOB_PREFIX) as scratch:
-            env = {**self.environment(), JOB_DIR_ENV: str(scratch)}
-            with subprocess.Popen(self.command(module, config_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, bufsize=1, env=env, cwd=cwd) as process:
-                for line in process.stdout:
-                    line = line.rstrip("\n")
-                    tail = (tail + [line])[-40:]
-                    on_line(line)
-                returncode = process.wait()
-        if returncode != 0:
-            raise StageFailed(module, returncode, tail)
+class JobRequest:
+    module: str        # every rank runs `python -m <module> --config <config_path>`
+    config_path: Path  # run.json, absolute; multi-node launchers need it on a folder every node sees
+    job_dir: Path      # the job's own scratch folder beside run.json (JOB_DIR_ENV)
+    name: str          # what the scheduler shows: posttrain-<stage>
 
 
-def _has_cuda() -> bool:
-    import torch
+@dataclass(frozen=True)
+class JobEnd:
+    state: str  # the scheduler's word: COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, ...
+    exit_code: int
 
-    return torch.cuda.is_available()
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "COMPLETED" and self.exit_code == 0
+
+
+class LaunchedJob(Protocol):
+    job_id: str  # JOB_ID_ENV's value
+
+    def lines(self) -> Iterator[str]:
+        """The job's output lines (a multi-node job's labelled with their node) until its output ends."""
+
+    def wait(self) -> JobEnd:
+        """Block until the job has ended."""
+
+    def cancel(self) -> None:
+        """End the job (idempotent); returns once the scheduler says it is gone."""
+
+
+class Launcher(Protocol):
+    def start(self, request: JobRequest) -> LaunchedJob: ...
+
+
+class LaunchFailed(RuntimeError):
+    """The scheduler refused the job (a bad partition, too many nodes, no such command)."""
+
+
+class StageFailed(RuntimeError):
+    def __init__(self, module: str, job_id: str, end: JobEnd, tail: list[str], cause: str | None = None):
+        self.module, self.job_id, self.end, self.tail = module, job_id, end, tail
+        self.returncode = end.exit_code
+        where = "" if job_id.startswith("local:") else f" ({job_id})"
+        super().__init__(f"{module}{where} ended {end.state} with exit code {end.exit_code}"
+                         + (f": {cause}" if cause else "") + "; last lines:\n" + "\n".join(tail))
+
+    def because(self, cause: str) -> StageFailed:
+        """The same failure, led by what the job said went wrong."""
+        return StageFailed(self.module, self.job_id, self.end, self.tail, cause)
+
+
+def run_stage_job(launcher: Launcher, module: str, config_path: Path, on_line: Callable[[str], None],
+                  on_start: Callable[[str], None] = lambda job_id: None) -> str:
+    """Run the job to its end, every output line to `on_line`; its job id. A job that does not end
+    COMPLETED with exit code 0 raises StageFailed with its state, exit code and last lines, and anything
+    that stops this process while it runs (a flow-run cancel's SIGTERM, Ctrl-C) cancels the job first.
+
+    Its scratch folder (downloads, local checkpoints, weight pushes) beside `config_path` is private to
+    this launch, so two launches of one config (two pipelines on one store) never share files; it goes
+    when the job ends, or with the next launch once this one is gone."""
+    config_path = config_path.resolve()
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    with owned_dir(config_path.parent, JOB_PREFIX) as scratch:
+        job = launcher.start(JobRequest(module, config_path, scratch, f"posttrain-{module.split('.')[1]}"))
+        try:
+            on_start(job.job_id)
+            for line in job.lines():
+                tail.append(line)
+                on_line(line)
+            end = job.wait()
+        except BaseException:
+            job.cancel()
+            raise
+    if not end.succeeded:
+        raise StageFailed(module, job.job_id, end, list(tail))
+    return job.job_id

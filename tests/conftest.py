@@ -8,11 +8,12 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 import pytest
 from hypothesis import settings
 
+from tests.cluster_fixtures import slurm_cluster, ssh_hosts  # noqa: F401
 from tests.model_fixtures import tokenizer, tokenizer_dir  # noqa: F401
 from tests.orm_fixtures import trained_orm  # noqa: F401
 from tests.pipeline_fixtures import smoke_pipeline  # noqa: F401
 from tests.s3_server import faulty_proxy, moto_endpoint, s3_root, store_root  # noqa: F401
-from tests.sft_fixtures import small_store  # noqa: F401
+from tests.sft_fixtures import nan_init, small_store  # noqa: F401
 
 # The tests' own reward modules (tests.*) are an operator's allow-listed package; every stage job and
 # `posttrain ui` the tests start inherits it.

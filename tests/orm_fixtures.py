@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.launch import LocalLauncher
+from infra.launch import run_stage_job
+from infra.launchers.local import LocalLaunch
 from infra.store import open_store
 from stages.common.events import parse_event
 from stages.orm.config import TrainOrmConfig
@@ -33,7 +34,7 @@ def trained_orm(tmp_path_factory):
     path = root / "run.json"
     path.write_text(config.model_dump_json())
     events = []
-    LocalLauncher(nproc=1, threads_per_proc=2).run(
+    run_stage_job(LocalLaunch(nproc=1, threads_per_proc=2),
         "stages.orm.train", path, lambda line: events.append(event) if (event := parse_event(line)) else None,
         cwd=root)
     done = events[-1]

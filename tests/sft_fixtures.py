@@ -5,8 +5,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
 
-from infra.launch import LocalLauncher
+from data_contracts.lineage import Lineage
+from infra.launch import run_stage_job
+from infra.launchers.local import LocalLaunch
+from infra.publish import publish_directory
 from infra.store import open_store
 from stages.common.events import parse_event
 from stages.prepare import prepare
@@ -23,6 +27,19 @@ def small_store(tmp_path_factory):
             "datasets": sorted(d.uri for d in prepared.datasets.values())}
 
 
+@pytest.fixture(scope="session")
+def nan_init(small_store, tmp_path_factory) -> str:
+    """The store's initial checkpoint with its final norm's weights NaN: every logit, every loss NaN."""
+    store = open_store(small_store["root"])
+    init = store.open(small_store["init"])
+    local = Path(init.download(tmp_path_factory.mktemp("nan-init") / "checkpoint"))
+    weights = load_file(local / "model.safetensors")
+    weights["model.norm.weight"].fill_(float("nan"))
+    save_file(weights, local / "model.safetensors", metadata={"format": "pt"})
+    lineage = Lineage.model_validate(init.lineage()).model_copy(update={"name": "nan init"})
+    return publish_directory(store, "checkpoints/init/nan-init", local, lineage).uri
+
+
 def small_config(store: dict, run_id: str, **overrides) -> SftConfig:
     fields = dict(run_id=run_id, store=store["root"], init_checkpoint=store["init"], datasets=store["datasets"],
                   max_steps=8, global_batch_size=8, optimizer={"lr": 3e-3, "warmup_steps": 2},
@@ -37,7 +54,8 @@ def run_sft(config: SftConfig, workdir: Path, nproc: int = 1) -> list[dict]:
     path = workdir / f"{config.run_id}.json"
     path.write_text(config.model_dump_json())
     events = []
-    LocalLauncher(nproc=nproc, threads_per_proc=1).run("stages.sft.train", path, lambda line: _collect(line, events))
+    run_stage_job(LocalLaunch(nproc=nproc, threads_per_proc=1),
+        "stages.sft.train", path, lambda line: _collect(line, events))
     return events
 
 
@@ -50,7 +68,7 @@ def _collect(line: str, events: list[dict]) -> None:
 def start_sft(config: SftConfig, workdir: Path) -> subprocess.Popen:
     path = workdir / f"{config.run_id}.json"
     path.write_text(config.model_dump_json())
-    env = LocalLauncher(nproc=1, threads_per_proc=1).environment()
+    env = LocalLaunch(nproc=1, threads_per_proc=1).environment()
     return subprocess.Popen([sys.executable, "-m", "stages.sft.train", "--config", str(path)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
 

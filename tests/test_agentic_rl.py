@@ -5,7 +5,8 @@ import signal
 import subprocess
 import sys
 
-from infra.launch import LocalLauncher
+from infra.launch import run_stage_job
+from infra.launchers.local import LocalLaunch
 from infra.store import open_store
 from stages.agentic.config import AgenticRlConfig
 from stages.common.events import parse_event
@@ -24,7 +25,7 @@ def run_job(config, tmp_path):
     path = tmp_path / f"{config.run_id}.json"
     path.write_text(config.model_dump_json())
     events = []
-    LocalLauncher(nproc=1, threads_per_proc=1).run(
+    run_stage_job(LocalLaunch(nproc=1, threads_per_proc=1),
         "stages.agentic.train", path, lambda line: events.append(e) if (e := parse_event(line)) else None)
     return events
 
@@ -54,7 +55,7 @@ def test_sigkill_then_rerun_resumes_from_the_last_committed_step_with_its_weight
     config = agentic_config(small_store, "agentic-killed", max_steps=4, checkpoint_every=2)
     path = tmp_path / "run.json"
     path.write_text(config.model_dump_json())
-    env = LocalLauncher(nproc=1, threads_per_proc=1).environment()
+    env = LocalLaunch(nproc=1, threads_per_proc=1).environment()
     # Its own session, so the kill takes the engine replicas and task services down with the trainer.
     process = subprocess.Popen([sys.executable, "-m", "stages.agentic.train", "--config", str(path)], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path, start_new_session=True)

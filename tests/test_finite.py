@@ -4,15 +4,11 @@ on non-finite losses with a named error, and no checkpoint with a non-finite par
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from safetensors.torch import load_file, save_file
 
-from data_contracts.lineage import Lineage
 from infra.launch import StageFailed
-from infra.publish import publish_directory
 from infra.store import open_store
 from stages.grpo.config import ReasoningRlConfig
 from stages.sft.config import SftConfig
@@ -42,19 +38,6 @@ def test_a_run_json_with_infinity_is_refused_before_any_job_starts():
         ReasoningRlConfig(**IO, sampling={"temperature": float("nan")})
     with pytest.raises(ValidationError, match="weight"):
         ReasoningRlConfig(**IO, rewards=[{"path": "rewards.verifiers.ArithExactMatch", "weight": float("inf")}])
-
-
-@pytest.fixture(scope="module")
-def nan_init(small_store, tmp_path_factory) -> str:
-    """The store's initial checkpoint with its final norm's weights NaN: every logit, every loss NaN."""
-    store = open_store(small_store["root"])
-    init = store.open(small_store["init"])
-    local = Path(init.download(tmp_path_factory.mktemp("nan-init") / "checkpoint"))
-    weights = load_file(local / "model.safetensors")
-    weights["model.norm.weight"].fill_(float("nan"))
-    save_file(weights, local / "model.safetensors", metadata={"format": "pt"})
-    lineage = Lineage.model_validate(init.lineage()).model_copy(update={"name": "nan init"})
-    return publish_directory(store, "checkpoints/init/nan-init", local, lineage).uri
 
 
 @pytest.mark.parametrize("skips, says", [

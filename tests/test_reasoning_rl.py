@@ -7,7 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from infra.launch import LocalLauncher, StageFailed
+from infra.launch import StageFailed, run_stage_job
+from infra.launchers.local import LocalLaunch
 from infra.store import open_store
 from model.presets import build_model
 from stages.common.events import parse_event
@@ -49,7 +50,7 @@ def run_job(config, tmp_path):
         if (event := parse_event(line)) is not None:
             events.append(event)
 
-    LocalLauncher(nproc=1, threads_per_proc=1).run("stages.grpo.reasoning", path, collect)
+    run_stage_job(LocalLaunch(nproc=1, threads_per_proc=1), "stages.grpo.reasoning", path, collect)
     return events, lines
 
 

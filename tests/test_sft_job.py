@@ -52,8 +52,8 @@ def test_final_checkpoint_is_a_hugging_face_directory_and_a_rerun_is_a_no_op(sma
     model = AutoModelForCausalLM.from_pretrained(str(artifact.download(tmp_path / "final")), local_files_only=True)
     assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
     again = run_sft(config, tmp_path)
-    assert [e["event"] for e in again] == ["done"] and again[0]["already_committed"]
-    assert events[-1]["checkpoint"] == again[0]["checkpoint"]
+    assert [e["event"] for e in again] == ["rank", "done"] and again[1]["already_committed"]
+    assert events[-1]["checkpoint"] == again[1]["checkpoint"]
     # Timings stay out of the files: the same training under another name is the same content.
     twin = run_sft(config.model_copy(update={"output_name": config.output_name + "-twin"}), tmp_path)
     assert any("tokens_per_s" in event for event in twin if event["event"] == "step")

@@ -10,6 +10,7 @@ resume would pick up.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from data_contracts.lineage import (
     current_code_version,
     library_versions,
 )
+from infra.launch import JOB_ID_ENV
 from infra.publish import data_input, parent_ref, publish_for_inputs, published_contract
 from infra.store import ArtifactStore, CommittedArtifact, open_store
 from stages.common.config import Provenance, StageIO
@@ -109,7 +111,7 @@ def stage_lineage(
                  *(parent_ref(model, "reward_model") for model in reward_models)],
         inputs=inputs, code=current_code_version(), config=config, config_sha256=config_digest(config),
         reward_modules=list(reward_modules), libraries=library_versions(), seed=seed, prefect=prefect,
-        triggered_by=provenance.triggered_by, wandb_run=provenance.wandb_run, eval_summary=eval_summary or {},
+        job=os.environ.get(JOB_ID_ENV), triggered_by=provenance.triggered_by, wandb_run=provenance.wandb_run, eval_summary=eval_summary or {},
     )
 
 

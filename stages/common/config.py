@@ -17,6 +17,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from data_contracts import CHAT_V1
 from data_contracts.contract import Contract
+from infra.launchers import LaunchSettings, LocalLaunch
 from model.device import Precision
 from rollout.protocol import SamplingParams
 from stages.common.recipe import STRICT
@@ -47,6 +48,9 @@ class StageIO(BaseModel):
                                                                "(e.g. arith:latest), names inside the store, or URIs.")
     output_name: str = Field("", description="Artifact name of the final checkpoint; default checkpoints/STAGE/RUN_ID.")
     seed: int = 0
+    launch: LaunchSettings = Field(default_factory=LocalLaunch, description=(
+        "Where the job runs: this machine, a Slurm cluster, several hosts through DeepSpeed's launcher, or "
+        "Kubernetes. The trainer and its results are the same everywhere."))
     # Filled in by the flow that runs the stage (lineage's links to Prefect and wandb), never by a person:
     # kept out of the JSON Schema, so out of the UI's form.
     provenance: SkipJsonSchema[Provenance] = Field(default_factory=Provenance)

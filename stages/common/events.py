@@ -27,9 +27,11 @@ class EventLog:
 
 
 def parse_event(line: str) -> dict | None:
-    if not line.startswith(PREFIX):
+    """The event of a line, also behind the `node: ` label a multi-node launcher (srun, pdsh) puts first."""
+    label, found, event = line.partition(PREFIX)
+    if not found or (label and not label.endswith(": ")):
         return None
     try:
-        return json.loads(line[len(PREFIX):])
+        return json.loads(event)
     except json.JSONDecodeError:
         return None

@@ -7,6 +7,7 @@ import argparse
 import os
 import random
 import shutil
+import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,6 +79,10 @@ def start_stage(config: StageIO) -> StageInputs | str:
     the stage's output, return that output's URI (announced as done: re-running is a no-op)."""
     dist = init_distributed()
     seed_everything(config.seed)
+    # Every rank says where it runs once (the run log shows a multi-node job's ranks on their nodes);
+    # after that only rank 0 speaks.
+    EventLog(True).emit("rank", rank=dist.rank, world_size=dist.world_size,
+                        host=os.environ.get("SLURMD_NODENAME") or socket.gethostname())
     events = EventLog(dist.is_main)
     store = open_store(config.store)
     if store.is_committed(config.output_name):
@@ -106,4 +111,9 @@ def stage_main(config_type: type[StageIO], train: Callable[[StageIO, StageInputs
     parser.add_argument("--config", required=True, type=Path, help=f"run.json: a serialized {config_type.__name__}")
     args, _ = parser.parse_known_args(argv)  # launchers append their own flags (e.g. --local_rank)
     exit_with_owner()
-    run_stage(config_type.model_validate_json(args.config.read_text()), train)
+    try:
+        run_stage(config_type.model_validate_json(args.config.read_text()), train)
+    except Exception as error:
+        # One line a flow can quote: a multi-node job's last lines are its launchers' reports, not this.
+        EventLog(True).emit("error", rank=int(os.environ.get("RANK", "0")), error=f"{type(error).__name__}: {error}")
+        raise

@@ -23,6 +23,8 @@ def fill_stage_defaults(recipe: type[BaseModel], data):
     for name, field in recipe.model_fields.items():
         default = field.get_default(call_default_factory=True)
         if isinstance(filled.get(name), dict) and (isinstance(default, BaseModel) or is_dataclass(default)):
+            if filled[name].get("kind", getattr(default, "kind", None)) != getattr(default, "kind", None):
+                continue  # a value of another kind (a Slurm launch for a local default) is whole
             filled[name] = {**to_jsonable_python(default), **filled[name]}
     return filled
 

@@ -97,7 +97,7 @@ def committed_eval(
     committed as `evals/<checkpoint>-<config digest>`; later calls read the committed record back."""
     name = f"evals/{checkpoint.uri.rsplit('/', 1)[-1]}-{config_digest(config)[:12]}"
     if store.is_committed(name):
-        return _results_from_summary(Lineage.model_validate(store.open(name).lineage()).eval_summary)
+        return _results_from_summary(Lineage.model_validate(store.open(name).lineage()).eval_summary, config)
     with tempfile.TemporaryDirectory(prefix="posttrain-eval-") as tmp:
         workdir = Path(tmp)
         results, rows = run(workdir)
@@ -113,11 +113,12 @@ def committed_eval(
             },
         )
         committed = publish_for_inputs(store, name, out, lineage)
-    return _results_from_summary(Lineage.model_validate(committed.lineage()).eval_summary)
+    return _results_from_summary(Lineage.model_validate(committed.lineage()).eval_summary, config)
 
 
-def _results_from_summary(summary: dict[str, float]) -> dict[str, dict[str, float]]:
-    results: dict[str, dict[str, float]] = {}
+def _results_from_summary(summary: dict[str, float], config: dict) -> dict[str, dict[str, float]]:
+    # Every mode asked for, also one that had nothing to measure (a form left without datasets).
+    results: dict[str, dict[str, float]] = {mode: {} for mode in config.get("attention", ())}
     for key, value in summary.items():
         name, _, mode = key.rpartition("@")
         results.setdefault(mode, {})[name] = value

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.launch import LocalLauncher, StageFailed
+from infra.launch import StageFailed, run_stage_job
+from infra.launchers.local import LocalLaunch
 from infra.store import open_store
 from stages.common.events import parse_event
 from tests.faults.processes import left_running, running, tree, wait_for
@@ -39,7 +40,7 @@ class Job:
 
     def _run(self, path: Path) -> None:
         try:
-            LocalLauncher(nproc=1, threads_per_proc=1).run("stages.sft.train", path, self._line)
+            run_stage_job(LocalLaunch(nproc=1, threads_per_proc=1), "stages.sft.train", path, self._line)
         except StageFailed as failure:
             self.failure = failure
 
