@@ -53,6 +53,7 @@ class JobProgress:
         kind = event["event"]
         if kind == "step":
             self.history.append(event)
+            first = self.started is None  # logged: the run's log says when training began
             self.started = self.started or (time.monotonic(), event["step"])
             # Whole percents only: each update is an API call and a database write, and on a small
             # machine the Prefect server competes with the trainer for the same cores.
@@ -61,7 +62,7 @@ class JobProgress:
                 self.percent_shown = percent
                 update_progress_artifact(self.artifact_id, progress=float(percent), description=progress_line(
                     self.stage, event["step"], event["total"], self.started, time.monotonic()))
-            if event["step"] % 10 == 0 or "heldout_loss" in event:
+            if first or event["step"] % 10 == 0 or "heldout_loss" in event:
                 self.logger.info(
                     f"{self.stage} step {event['step']}/{event['total']} loss {event['loss']:.4f}"
                     + (f" ({event['phase']})" if "phase" in event else "")

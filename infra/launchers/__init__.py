@@ -12,6 +12,7 @@ from typing import Annotated
 from pydantic import Field
 
 from infra.launchers.deepspeed import DeepSpeedLaunch
+from infra.launchers.kubernetes import KubernetesLaunch
 from infra.launchers.local import LocalLaunch
 from infra.launchers.slurm import SlurmLaunch
 
@@ -24,7 +25,7 @@ def _as_any_of(schema: dict) -> None:
     schema.pop("discriminator", None)
 
 
-LaunchSettings = Annotated[LocalLaunch | SlurmLaunch | DeepSpeedLaunch,
+LaunchSettings = Annotated[LocalLaunch | SlurmLaunch | DeepSpeedLaunch | KubernetesLaunch,
                            Field(discriminator="kind", json_schema_extra=_as_any_of)]
 
-__all__ = ["DeepSpeedLaunch", "LaunchSettings", "LocalLaunch", "SlurmLaunch"]
+__all__ = ["DeepSpeedLaunch", "KubernetesLaunch", "LaunchSettings", "LocalLaunch", "SlurmLaunch"]
