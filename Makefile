@@ -10,8 +10,9 @@ TORCH_SPEC  ?= torch==2.13.0
 PIP_TORCH_ARGS ?=
 DEEPSPEED_SPEC ?= deepspeed==0.19.8
 PYTEST_ARGS ?=
-# Two test processes (pytest-xdist), one file at a time each: most tests wait on the subprocesses they
-# start (servers, stage jobs, engines), so two cores carry two files at once. PYTEST_WORKERS=0: one process.
+# Two test processes (pytest-xdist), one file at a time each (tests/conftest.py groups them, the long
+# fault-injection group first): most tests wait on the subprocesses they start (servers, stage jobs,
+# engines), so two cores carry two files at once. PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 2
 # torch comes from pip (it honours PIP_TORCH_ARGS and pip's own index settings), without compiling
 # its thousands of modules to bytecode up front (a minute on 2 cores; Python compiles what it imports);
@@ -52,7 +53,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) artifacts runs build *.egg-info .pytest_cache .hypothesis

@@ -24,6 +24,22 @@ settings.register_profile("posttrain", derandomize=True, deadline=None, print_bl
 settings.load_profile("posttrain")
 
 
+# The fault-injection files (they kill processes at chosen moments, so they must not run beside each other)
+# and the pipeline flow test, which shares their smoke pipeline: one xdist group, handed out first so its
+# ~12 minutes overlap the rest of the run instead of trailing it. Every other file is a group of its own
+# (what --dist loadfile would do); the Makefile runs `--dist loadgroup --no-loadscope-reorder`.
+SERIAL_FIRST = ("tests/faults/", "tests/test_pipeline_flow.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist turns the marks into the groups it schedules by
+def pytest_collection_modifyitems(items):
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        group = "faults-and-smoke-pipeline" if path.startswith(SERIAL_FIRST) else path
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: not item.nodeid.startswith(SERIAL_FIRST))  # stable: collection order otherwise
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _scratch_outside_the_checkout(tmp_path_factory):
     """Stage jobs started without a launcher keep their scratch under POSTTRAIN_WORKDIR (default ./runs):

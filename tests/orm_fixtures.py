@@ -34,9 +34,8 @@ def trained_orm(tmp_path_factory):
     path = root / "run.json"
     path.write_text(config.model_dump_json())
     events = []
-    run_stage_job(LocalLaunch(nproc=1, threads_per_proc=2),
-        "stages.orm.train", path, lambda line: events.append(event) if (event := parse_event(line)) else None,
-        cwd=root)
+    run_stage_job(LocalLaunch(nproc=1, threads_per_proc=2), "stages.orm.train", path,
+                  lambda line: events.append(event) if (event := parse_event(line)) else None)
     done = events[-1]
     assert done["event"] == "done", events[-3:]
     return {"root": str(root / "store"), "checkpoint": done["checkpoint"], "datasets": datasets, "config": config,
