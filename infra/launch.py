@@ -8,6 +8,8 @@ one to its end for a flow, so a flow never changes with where its job runs.
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -53,6 +55,14 @@ class LaunchedJob(Protocol):
 
     def cancel(self) -> None:
         """End the job (idempotent); returns once the scheduler says it is gone."""
+
+
+def polled_end(poll: Callable[[], JobEnd | None], every_s: float, within_s: float = math.inf) -> JobEnd | None:
+    """`poll()` every `every_s` until it gives the job's end, or None after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while (end := poll()) is None and time.monotonic() < deadline:
+        time.sleep(every_s)
+    return end
 
 
 class Launcher(Protocol):

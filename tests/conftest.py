@@ -24,19 +24,25 @@ settings.register_profile("posttrain", derandomize=True, deadline=None, print_bl
 settings.load_profile("posttrain")
 
 
-# The fault-injection files (they kill processes at chosen moments, so they must not run beside each other)
-# and the pipeline flow test, which shares their smoke pipeline: one xdist group, handed out first so its
-# ~12 minutes overlap the rest of the run instead of trailing it. Every other file is a group of its own
-# (what --dist loadfile would do); the Makefile runs `--dist loadgroup --no-loadscope-reorder`.
+# Files that must share a worker. The fault-injection files kill processes at chosen moments, so they must
+# not run beside each other, and the pipeline flow test reads their smoke pipeline: one group, handed out
+# first so its ~12 minutes overlap the rest of the run instead of trailing it. The ORM's users share the
+# one trained ORM (a session fixture is per worker). Every other file is a group of its own (what --dist
+# loadfile would do); the Makefile runs `--dist loadgroup --no-loadscope-reorder`.
 SERIAL_FIRST = ("tests/faults/", "tests/test_pipeline_flow.py")
+SHARED = {"trained-orm": ("tests/test_orm.py", "tests/test_general_rl.py", "tests/test_reward_contract.py")}
+
+
+def xdist_group(path: str) -> str:
+    if path.startswith(SERIAL_FIRST):
+        return "faults-and-smoke-pipeline"
+    return next((group for group, paths in SHARED.items() if path in paths), path)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist turns the marks into the groups it schedules by
 def pytest_collection_modifyitems(items):
     for item in items:
-        path = item.nodeid.split("::")[0]
-        group = "faults-and-smoke-pipeline" if path.startswith(SERIAL_FIRST) else path
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid.split("::")[0])))
     items.sort(key=lambda item: not item.nodeid.startswith(SERIAL_FIRST))  # stable: collection order otherwise
 
 

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.watch.watch import iter_resp_lines
 
-from infra.launch import JobEnd, LaunchFailed
+from infra.launch import JobEnd, LaunchFailed, polled_end
 from infra.launchers.kubernetes import CONTAINER, LABEL
 
 POLL_S = 5.0
@@ -219,9 +219,7 @@ class KubernetesJob:
         return first.exit_code
 
     def wait(self) -> JobEnd:
-        while self.poll() is None:
-            time.sleep(POLL_S)
-        return self.end
+        return polled_end(self.poll, POLL_S)
 
     def cancel(self) -> None:
         """Delete the job (its pods first) and what it owns; return once the job is gone."""

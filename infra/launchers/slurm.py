@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from infra.launch import JOB_DIR_ENV, JOB_ID_ENV, JobEnd, JobRequest, LaunchFailed
+from infra.launch import JOB_DIR_ENV, JOB_ID_ENV, JobEnd, JobRequest, LaunchFailed, polled_end
 from infra.launchers.fields import Environment
 from infra.lifetime import OWNER_ENV
 
@@ -161,17 +161,12 @@ class SlurmJob:
         return self.end
 
     def wait(self) -> JobEnd:
-        while self.poll() is None:
-            time.sleep(POLL_S)
-        return self.end
+        return polled_end(self.poll, POLL_S)
 
     def cancel(self) -> None:
-        if self.poll() is not None:
-            return
-        subprocess.run(["scancel", self.job_number], capture_output=True, text=True)
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while self.poll() is None and time.monotonic() < deadline:
-            time.sleep(POLL_S)
+        if self.poll() is None:
+            subprocess.run(["scancel", self.job_number], capture_output=True, text=True)
+            polled_end(self.poll, POLL_S, CANCEL_WAIT_S)
 
 
 def job_fields(job_number: str) -> dict[str, str]:
