@@ -9,7 +9,7 @@ time to the job's start line, to the first step and to the run's end. Run it aga
         [--launch '{"kind": "slurm", "nodes": 2, "partition": "debug"}'] [--datasets-by-suite '{"arith": URI}']
 
 `--config` is the stage's form as JSON (the flow's `config` parameter); `--launch` replaces its launch
-section. The run id gets a fresh suffix so every measurement trains.
+section. The run id gets a fresh suffix (and the output its default name) so every measurement trains.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def main() -> None:
 
     config = json.loads(args.config.read_text())
     config["run_id"] = f"{config.get('run_id') or 'bench'}-{secrets.token_hex(3)}"
+    config["output_name"] = ""  # the new run id's own: nothing of an earlier measurement is reused
     if args.launch:
         config["launch"] = json.loads(args.launch)
     parameters = {"config": config}
