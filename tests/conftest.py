@@ -13,7 +13,7 @@ from tests.model_fixtures import tokenizer, tokenizer_dir  # noqa: F401
 from tests.orm_fixtures import trained_orm  # noqa: F401
 from tests.pipeline_fixtures import smoke_pipeline  # noqa: F401
 from tests.s3_server import faulty_proxy, moto_endpoint, s3_root, store_root  # noqa: F401
-from tests.sft_fixtures import nan_init, small_store  # noqa: F401
+from tests.sft_fixtures import nan_init, small_store, two_local_ranks_losses  # noqa: F401
 
 # The tests' own reward modules (tests.*) are an operator's allow-listed package; every stage job and
 # `posttrain ui` the tests start inherits it.
@@ -27,10 +27,12 @@ settings.load_profile("posttrain")
 # Files that must share a worker. The fault-injection files kill processes at chosen moments, so they must
 # not run beside each other, and the pipeline flow test reads their smoke pipeline: one group, handed out
 # first so its ~12 minutes overlap the rest of the run instead of trailing it. The ORM's users share the
-# one trained ORM (a session fixture is per worker). Every other file is a group of its own (what --dist
+# one trained ORM, the multi-node launch tests their two-local-ranks reference (a session fixture is per
+# worker). Every other file is a group of its own (what --dist
 # loadfile would do); the Makefile runs `--dist loadgroup --no-loadscope-reorder`.
 SERIAL_FIRST = ("tests/faults/", "tests/test_pipeline_flow.py")
-SHARED = {"trained-orm": ("tests/test_orm.py", "tests/test_general_rl.py", "tests/test_reward_contract.py")}
+SHARED = {"trained-orm": ("tests/test_orm.py", "tests/test_general_rl.py", "tests/test_reward_contract.py"),
+          "two-local-ranks": ("tests/test_slurm_launch.py", "tests/test_deepspeed_launch.py")}
 
 
 def xdist_group(path: str) -> str:

@@ -40,6 +40,12 @@ def nan_init(small_store, tmp_path_factory) -> str:
     return publish_directory(store, "checkpoints/init/nan-init", local, lineage).uri
 
 
+@pytest.fixture(scope="session")
+def two_local_ranks_losses(small_store, tmp_path_factory) -> list[float]:
+    """The losses of `small_config` trained by two ranks on this machine: what a multi-node run must match."""
+    return losses(run_sft(small_config(small_store, "two-local-ranks"), tmp_path_factory.mktemp("two-ranks"), nproc=2))
+
+
 def small_config(store: dict, run_id: str, **overrides) -> SftConfig:
     fields = dict(run_id=run_id, store=store["root"], init_checkpoint=store["init"], datasets=store["datasets"],
                   max_steps=8, global_batch_size=8, optimizer={"lr": 3e-3, "warmup_steps": 2},

@@ -13,7 +13,7 @@ from infra.launchers.deepspeed import DeepSpeedLaunch
 from infra.ports import free_port
 from infra.store import open_store
 from stages.common.events import parse_event
-from tests.sft_fixtures import losses, run_sft, small_config
+from tests.sft_fixtures import losses, small_config
 
 
 @pytest.fixture
@@ -33,12 +33,12 @@ def run_on(launch: DeepSpeedLaunch, config, workdir: Path, lines: list[str]) -> 
     return [event for line in lines if (event := parse_event(line))]
 
 
-def test_one_rank_on_each_host_with_the_losses_of_one_machine(two_hosts, small_store, tmp_path):
+def test_one_rank_on_each_host_with_the_losses_of_one_machine(two_hosts, small_store, two_local_ranks_losses,
+                                                              tmp_path):
     config = small_config(small_store, "deepspeed-two-hosts", launch=two_hosts.model_dump())
     lines: list[str] = []
     events = run_on(two_hosts, config, tmp_path, lines)
-    one_machine = run_sft(small_config(small_store, "deepspeed-two-ranks-here"), tmp_path, nproc=2)
-    assert losses(events) == pytest.approx(losses(one_machine), abs=1e-5)
+    assert losses(events) == pytest.approx(two_local_ranks_losses, abs=1e-5)
     # pdsh labels each line with its host; each rank says where it runs.
     ranks = {(line.split(":")[0], event["rank"]) for line in lines if (event := parse_event(line)) and event["event"] == "rank"}
     assert ranks == {("node1", 0), ("node2", 1)}

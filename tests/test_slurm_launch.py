@@ -21,7 +21,7 @@ from infra.store import open_store
 from stages.evaluation.committed import EvalSettings
 from stages.sft.config import SftConfig
 from tests.faults.processes import wait_for
-from tests.sft_fixtures import losses, run_sft, small_config
+from tests.sft_fixtures import small_config
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +60,11 @@ def flow_logs(flow_run_id) -> list[str]:
 
 
 def test_a_two_node_sft_has_one_rank_on_each_node_and_the_losses_of_one_machine(prefect_api, slurm, small_store,
-                                                                                tmp_path):
+                                                                                two_local_ranks_losses):
     config = small_config(small_store, "slurm-two-nodes", launch=slurm())
     state = sft_flow(config, small_store)
     result = state.result()
-    one_machine = run_sft(small_config(small_store, "two-ranks-here"), tmp_path, nproc=2)
-    assert [r["loss"] for r in result["history"]] == pytest.approx(losses(one_machine), abs=1e-5)
+    assert [r["loss"] for r in result["history"]] == pytest.approx(two_local_ranks_losses, abs=1e-5)
 
     lineage = open_store(small_store["root"]).open(result["checkpoint"]).lineage()
     assert lineage["job"].startswith("slurm:") and lineage["config"]["launch"]["nodes"] == 2
