@@ -27,12 +27,11 @@ settings.load_profile("posttrain")
 # Files that must share a worker. The fault-injection files kill processes at chosen moments, so they must
 # not run beside each other, and the pipeline flow test reads their smoke pipeline: one group, handed out
 # first so its ~12 minutes overlap the rest of the run instead of trailing it. The ORM's users share the
-# one trained ORM, the multi-node launch tests their two-local-ranks reference (a session fixture is per
-# worker). Every other file is a group of its own (what --dist
+# one trained ORM (a session fixture is per worker). The Slurm and DeepSpeed files stay apart: together
+# they made one 6-minute CPU block beside the fault group, and its pipeline-kill test ran out of time. Every other file is a group of its own (what --dist
 # loadfile would do); the Makefile runs `--dist loadgroup --no-loadscope-reorder`.
 SERIAL_FIRST = ("tests/faults/", "tests/test_pipeline_flow.py")
-SHARED = {"trained-orm": ("tests/test_orm.py", "tests/test_general_rl.py", "tests/test_reward_contract.py"),
-          "two-local-ranks": ("tests/test_slurm_launch.py", "tests/test_deepspeed_launch.py")}
+SHARED = {"trained-orm": ("tests/test_orm.py", "tests/test_general_rl.py", "tests/test_reward_contract.py")}
 
 
 def xdist_group(path: str) -> str:

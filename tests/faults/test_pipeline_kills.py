@@ -26,6 +26,7 @@ def _claim_in(store: Path) -> bool:
     return store.exists() and any(store.rglob("_CLAIM/*"))
 
 
+@pytest.mark.timeout(1200)  # eight pipeline runs: ~6 minutes alone, more beside the heaviest files
 def test_a_pipeline_killed_in_every_stage_ends_as_if_never_killed(smoke_pipeline, tmp_path):
     store, reports, temp = tmp_path / "store", tmp_path / "runs", tmp_path / "tmp"
     temp.mkdir()
