@@ -31,6 +31,12 @@ def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
     return {**(os.environ if env is None else env), OWNER_ENV: str(os.getpid())}
 
 
+def environment_for_other_machines() -> dict[str, str]:
+    """Our environment less the owner pid we were given: on another machine that pid names some other
+    process, and a rank watching it would stop at once."""
+    return {name: value for name, value in os.environ.items() if name != OWNER_ENV}
+
+
 def die_with_parent() -> None:
     """`preexec_fn` for a child that is not our code: the kernel sends it SIGTERM when the thread that
     started it exits (so start such children from the main thread), and we exit at once if the parent

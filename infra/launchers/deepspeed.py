@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from infra.launch import JOB_DIR_ENV, JOB_ID_ENV, JobRequest, LaunchFailed
 from infra.launchers.fields import Environment
 from infra.launchers.process import ProcessJob
-from infra.lifetime import OWNER_ENV
+from infra.lifetime import environment_for_other_machines
 
 # What the ranks on other hosts need of this process's environment: the store and its credentials,
 # tracking, the hub, DeepSpeed's accelerator, our own settings (less the owner pid: a process of this machine).
@@ -63,8 +63,8 @@ class DeepSpeedLaunch(BaseModel):
 
     def environment_file_lines(self) -> list[str]:
         """`.deepspeed_env`: DeepSpeed prefixes each line with `export` in the command it runs on every host."""
-        forwarded = {name: value for name, value in os.environ.items()
-                     if name.startswith(FORWARDED_PREFIXES) and name != OWNER_ENV}
+        forwarded = {name: value for name, value in environment_for_other_machines().items()
+                     if name.startswith(FORWARDED_PREFIXES)}
         # Not this machine's accelerator guess: the hosts' own may differ (a CPU-only submit host).
         variables = forwarded | {"PYTHONUNBUFFERED": "1"} | self.environment
         return [f"{name}={shlex.quote(value)}" for name, value in sorted(variables.items())]
@@ -78,13 +78,14 @@ class DeepSpeedLaunch(BaseModel):
 
     def start(self, request: JobRequest) -> ProcessJob:
         hostfile = request.job_dir / "hostfile"
-        hostfile.write_text("\n".join(self.hostfile_lines()) + "\n")
-        job_id = f"deepspeed:{self.hostfile_lines()[0].split()[0]}:{os.getpid()}"
+        hosts = self.hostfile_lines()
+        hostfile.write_text("\n".join(hosts) + "\n")
+        job_id = f"deepspeed:{hosts[0].split()[0]}:{os.getpid()}"
         environment_file = request.job_dir / ".deepspeed_env"
         environment_file.write_text("\n".join(self.environment_file_lines() + [
             f"{JOB_DIR_ENV}={shlex.quote(str(request.job_dir))}", f"{JOB_ID_ENV}={job_id}"]) + "\n")
         # Our own file, not ./.deepspeed_env: two jobs started from one folder must not share one.
-        env = {name: value for name, value in os.environ.items() if name != OWNER_ENV}
+        env = environment_for_other_machines()
         env["DS_ENV_FILE"] = str(environment_file)
         return ProcessJob(self.command(request, hostfile), env, None, job_id)
 

@@ -8,7 +8,6 @@ from `scontrol show job` (no accounting database needed); cancel is `scancel`.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -22,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from infra.launch import JOB_DIR_ENV, JOB_ID_ENV, JobEnd, JobRequest, LaunchFailed, polled_end
 from infra.launchers.fields import Environment
-from infra.lifetime import OWNER_ENV
+from infra.lifetime import environment_for_other_machines
 
 POLL_S = 0.5
 CANCEL_WAIT_S = 30.0
@@ -109,9 +108,8 @@ class SlurmLaunch(BaseModel):
     def start(self, request: JobRequest) -> SlurmJob:
         script = request.job_dir / "job.sbatch"
         script.write_text(self.batch_script(request))
-        # The job gets this process's environment (sbatch's --export=ALL), less our owner's pid: that
-        # names a process of this machine, not of the nodes.
-        env = {name: value for name, value in os.environ.items() if name != OWNER_ENV}
+        # The job gets this process's environment (sbatch's --export=ALL).
+        env = environment_for_other_machines()
         submitted = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=env)
         if submitted.returncode != 0:
             raise LaunchFailed(f"sbatch refused the job: {submitted.stderr.strip() or submitted.stdout.strip()}")
