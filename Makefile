@@ -9,6 +9,9 @@ STAMP       := $(VENV)/.installed
 TORCH_SPEC  ?= torch==2.13.0
 PIP_TORCH_ARGS ?=
 DEEPSPEED_SPEC ?= deepspeed==0.19.8
+# SGLang's HTTP contract (sglang.api.v1.api_types) for the tests, without its dependencies: its server
+# needs CUDA and a GPU stack; the contract module needs only msgspec (a dev dependency).
+SGLANG_SPEC ?= sglang==0.5.23
 PYTEST_ARGS ?=
 # Two test processes (pytest-xdist), one file at a time each (tests/conftest.py groups them, the long
 # fault-injection group first): most tests wait on the subprocesses they start (servers, stage jobs,
@@ -44,6 +47,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(UV_INSTALL) -q -U setuptools wheel
 	DS_BUILD_OPS=0 $(UV_INSTALL) -q --no-build-isolation $(DEEPSPEED_SPEC) -c constraints.txt
 	$(UV_INSTALL) -q -e '.[dev]' -c constraints.txt -C editable_mode=compat
+	$(UV_INSTALL) -q --no-deps $(SGLANG_SPEC)
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -53,7 +57,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) artifacts runs build *.egg-info .pytest_cache .hypothesis

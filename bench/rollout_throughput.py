@@ -26,7 +26,7 @@ from model.presets import PRESETS, build_model, load_model
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
 from rollout.engine import Engine
 from rollout.process import EngineProcess
-from rollout.protocol import GenerateRequest, SamplingParams
+from rollout.protocol import SamplingParams, UniformBatch
 from suites.tokenizer_corpus import suite_conversations
 
 
@@ -51,8 +51,7 @@ def main() -> None:
                                 generator=torch.Generator().manual_seed(0)).tolist()
 
         engine = Engine(checkpoint, precision=args.precision)
-        request = GenerateRequest(input_ids=prompts, sampling_params=SamplingParams(
-            temperature=0.0, max_new_tokens=args.new_tokens, ignore_eos=True))
+        request = UniformBatch(prompts, SamplingParams(temperature=0.0, max_new_tokens=args.new_tokens, ignore_eos=True))
         reference = load_model(checkpoint, dtype=engine.dtype).to(engine.device).eval()
         install_dsa_indexers(reference)
         set_dense_attention(reference, dense=False)
@@ -77,9 +76,9 @@ def main() -> None:
                 timings[name].append(tokens / (time.perf_counter() - started))
 
         with EngineProcess(str(checkpoint), Path(tmp) / "engine.log", precision=args.precision) as client:
-            client.generate(prompts[:2], request.sampling_params)  # warm-up
+            client.generate(prompts[:2], request.sampling)  # warm-up
             started = time.perf_counter()
-            samples = client.generate(prompts, request.sampling_params, return_logprob=True)
+            samples = client.generate(prompts, request.sampling, return_logprob=True)
             http = sum(len(s.output_ids) for s in samples) / (time.perf_counter() - started)
 
     best = {name: max(values) for name, values in timings.items()}

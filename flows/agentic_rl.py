@@ -10,7 +10,8 @@ from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
 from stages.agentic.config import AgenticRlConfig
-from stages.evaluation.agentic import AgenticEvalSettings, evaluate_agentic
+from stages.evaluation.agentic import evaluate_agentic
+from stages.evaluation.settings import AgenticEvalSettings
 
 
 @task

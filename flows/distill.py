@@ -14,9 +14,10 @@ from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
 from stages.distill.config import DistillConfig, TeacherSpec
-from stages.evaluation.agentic import AgenticEvalSettings, evaluate_agentic
-from stages.evaluation.general import GeneralEvalSettings, evaluate_general
-from stages.evaluation.sampled import SampledEvalSettings, evaluate_sampled
+from stages.evaluation.agentic import evaluate_agentic
+from stages.evaluation.general import evaluate_general
+from stages.evaluation.sampled import evaluate_sampled
+from stages.evaluation.settings import AgenticEvalSettings, GeneralEvalSettings, SampledEvalSettings
 from stages.grpo.config import RewardSpec, default_general_rewards
 
 # The score a teacher's domain is judged by: what its own stage raised.

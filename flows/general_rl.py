@@ -11,7 +11,8 @@ from flows.eval_log import logged
 from flows.job import train_stage, with_flow_provenance, with_shared_engine
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
-from stages.evaluation.general import GeneralEvalSettings, evaluate_general
+from stages.evaluation.general import evaluate_general
+from stages.evaluation.settings import GeneralEvalSettings
 from stages.grpo.config import GeneralRlConfig
 
 

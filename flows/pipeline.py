@@ -40,10 +40,7 @@ from infra.store import open_store
 from model.checks import DSA_ARCHITECTURE, ModelCheckError
 from stages.agentic.config import AgenticRecipe, AgenticRlConfig
 from stages.distill.config import DistillConfig, TeacherSpec
-from stages.evaluation.agentic import AgenticEvalSettings
-from stages.evaluation.committed import EvalSettings
-from stages.evaluation.general import GeneralEvalSettings
-from stages.evaluation.sampled import SampledEvalSettings
+from stages.evaluation.settings import AgenticEvalSettings, EvalSettings, GeneralEvalSettings, SampledEvalSettings
 from stages.grpo.config import GeneralRlConfig, ReasoningRlConfig, RewardSpec, mix_with_orm
 from stages.import_data import ImportFailed, import_dataset
 from stages.orm.config import TrainOrmConfig

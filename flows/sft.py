@@ -9,7 +9,8 @@ from flows.eval_log import logged
 from flows.job import train_stage, with_flow_provenance
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
-from stages.evaluation.committed import EvalSettings, evaluate_checkpoint
+from stages.evaluation.committed import evaluate_checkpoint
+from stages.evaluation.settings import EvalSettings
 from stages.sft.config import SftConfig
 
 

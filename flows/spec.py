@@ -19,10 +19,7 @@ from infra.launchers import LaunchSettings, LocalLaunch
 from stages.agentic.config import AgenticRecipe
 from stages.common.recipe import STRICT
 from stages.distill.config import DistillRecipe
-from stages.evaluation.agentic import AgenticEvalSettings
-from stages.evaluation.committed import EvalSettings
-from stages.evaluation.general import GeneralEvalSettings
-from stages.evaluation.sampled import SampledEvalSettings
+from stages.evaluation.settings import AgenticEvalSettings, EvalSettings, GeneralEvalSettings, SampledEvalSettings
 from stages.grpo.config import GrpoRecipe
 from stages.orm.config import OrmRecipe
 from stages.sft.config import SftRecipe

@@ -8,7 +8,7 @@ from typing import Literal
 
 import torch
 
-Precision = Literal["auto", "fp32", "bf16"]
+from model.precision import Precision
 
 
 def inference_device() -> torch.device:

@@ -1,5 +1,7 @@
 """SGLang's `--api-key` semantics for every service of the rollout fleet: when a key is set, every route
-answers 401 without `Authorization: Bearer <key>`.
+but the health probes answers 401 without `Authorization: Bearer <key>`. `/health` stays open, as on
+SGLang's server: routers and orchestrators probe it without credentials (SGLang's router's health check
+sends none), and it tells nothing but that the service is up.
 
 The key travels as $POSTTRAIN_API_KEY: a stage job started with it protects the engines and task
 services it starts (they inherit it) and its clients send it; an SGLang server started with
@@ -16,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 API_KEY_ENV = "POSTTRAIN_API_KEY"
+OPEN_PATHS = ("/health",)  # SGLang's decide_request_auth leaves these (and /ready, /metrics) open too
 
 
 def api_key() -> str | None:
@@ -35,6 +38,8 @@ def require_api_key(app: FastAPI, key: str | None) -> FastAPI:
 
     @app.middleware("http")
     async def check_bearer(request: Request, call_next):
+        if request.url.path.startswith(OPEN_PATHS):
+            return await call_next(request)
         if not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
             return JSONResponse(status_code=401, content={"detail": "a bearer token is required (Authorization: Bearer <api key>)"})
         return await call_next(request)

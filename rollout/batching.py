@@ -12,13 +12,13 @@ import asyncio
 from collections import defaultdict
 from dataclasses import dataclass
 
-from rollout.engine import Completion, Engine, PromptTooLongError
-from rollout.protocol import GenerateRequest
+from rollout.engine import Completion, Engine
+from rollout.protocol import UniformBatch
 
 
 @dataclass
 class _Pending:
-    request: GenerateRequest
+    batch: UniformBatch
     done: asyncio.Future
 
 
@@ -28,11 +28,11 @@ class RequestBatcher:
         self._queue: asyncio.Queue[_Pending] | None = None
         self._worker: asyncio.Task | None = None
 
-    async def generate(self, request: GenerateRequest) -> tuple[list[Completion], str]:
+    async def generate(self, batch: UniformBatch) -> tuple[list[Completion], str]:
         if self._worker is None:
             self._queue = asyncio.Queue()
             self._worker = asyncio.create_task(self._run())
-        pending = _Pending(request, asyncio.get_running_loop().create_future())
+        pending = _Pending(batch, asyncio.get_running_loop().create_future())
         await self._queue.put(pending)
         return await pending.done
 
@@ -48,23 +48,24 @@ class RequestBatcher:
         if len(group) == 1:
             await self._serve_alone(group[0])
             return
-        first = group[0].request
-        merged = first.model_copy(update={"input_ids": [p for g in group for p in g.request.prompts()]})
+        first = group[0].batch
+        merged = UniformBatch([p for g in group for p in g.batch.prompts], first.sampling, first.return_logprob,
+                              first.logprob_start_len)
         try:
             completions, version = await asyncio.to_thread(self.engine.generate, merged)
-        except (PromptTooLongError, ValueError):  # one bad request must not fail the others: name it alone
+        except ValueError:  # one bad request must not fail the others: name it alone
             for pending in group:
                 await self._serve_alone(pending)
             return
         start = 0
         for pending in group:
-            count = len(pending.request.prompts())
+            count = len(pending.batch.prompts)
             pending.done.set_result((completions[start:start + count], version))
             start += count
 
     async def _serve_alone(self, pending: _Pending) -> None:
         try:
-            pending.done.set_result(await asyncio.to_thread(self.engine.generate, pending.request))
+            pending.done.set_result(await asyncio.to_thread(self.engine.generate, pending.batch))
         except Exception as error:  # the endpoint turns it into the right HTTP status
             pending.done.set_exception(error)
 
@@ -74,13 +75,12 @@ def _mergeable_groups(waiting: list[_Pending], max_prompts: int) -> list[list[_P
     groups: dict[str, list[list[_Pending]]] = defaultdict(list)
     order: list[list[_Pending]] = []
     for pending in waiting:
-        request = pending.request
-        if request.sampling_params.sampling_seed is not None or request.wants_prompt_logprobs():
+        batch = pending.batch
+        if batch.sampling.sampling_seed is not None or batch.wants_prompt_logprobs():
             order.append([pending])
             continue
-        key = request.model_dump_json(exclude={"input_ids"})
-        bucket = groups[key]
-        if not bucket or sum(len(p.request.prompts()) for p in bucket[-1]) + len(request.prompts()) > max_prompts:
+        bucket = groups[batch.settings_key()]
+        if not bucket or sum(len(p.batch.prompts) for p in bucket[-1]) + len(batch.prompts) > max_prompts:
             bucket.append([])
             order.append(bucket[-1])
         bucket[-1].append(pending)

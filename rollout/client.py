@@ -31,8 +31,14 @@ class Sample:
 
 
 def generate_payload(prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True) -> dict:
-    return {"input_ids": prompts, "sampling_params": sampling.model_dump(exclude_none=True),
+    """A /generate body in SGLang's shape; sampling parameters left at SGLang's defaults are not sent."""
+    return {"input_ids": prompts, "sampling_params": sampling.model_dump(exclude_defaults=True),
             "return_logprob": return_logprob}
+
+
+def scoring_payload(prompts: list[list[int]]) -> dict:
+    """Prefill only, with the logprob of every prompt token: SGLang's way to score a sequence."""
+    return {"input_ids": prompts, "sampling_params": {"max_new_tokens": 0}, "return_logprob": True, "logprob_start_len": 0}
 
 
 def samples_from_answer(base_url: str, prompts: list[list[int]], answer: list) -> list[Sample]:
@@ -40,9 +46,12 @@ def samples_from_answer(base_url: str, prompts: list[list[int]], answer: list) -
     outputs = [GenerateOutput.model_validate(o) for o in answer]
     if len(outputs) != len(prompts):
         raise EngineRequestError(f"{base_url}: {len(outputs)} completions for {len(prompts)} prompts")
+    aborted = [o.meta_info.finish_reason for o in outputs if o.meta_info.finish_reason.type == "abort"]
+    if aborted:
+        raise EngineRequestError(f"{base_url}: the engine aborted a generation: {aborted[0].message}")
     return [
         Sample(prompt, o.output_ids, [lp for lp, _, _ in o.meta_info.output_token_logprobs or []],
-               o.meta_info.finish_reason.type, o.meta_info.weight_version)
+               o.meta_info.finish_reason.type, o.meta_info.weight_version or "")
         for prompt, o in zip(prompts, outputs, strict=True)
     ]
 
@@ -87,9 +96,7 @@ class EngineClient:
 
     def prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float | None]]:
         """log p(token | tokens before it) for every prompt token (None for the first): prefill only."""
-        payload = {"input_ids": prompts, "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
-                   "logprob_start_len": 0}
-        outputs = [GenerateOutput.model_validate(o) for o in self._post("/generate", payload)]
+        outputs = [GenerateOutput.model_validate(o) for o in self._post("/generate", scoring_payload(prompts))]
         return [[lp for lp, _, _ in o.meta_info.input_token_logprobs or []] for o in outputs]
 
     def update_weights(self, checkpoint: str, weight_version: str | None = None) -> str:

@@ -10,20 +10,26 @@ the indexer's tie-stable top-k, so a token's logprob is the same here as in a fu
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from model.device import Precision, inference_device, torch_dtype
+from model.device import inference_device, torch_dtype
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.logprobs import next_token_logprobs
+from model.precision import Precision
 from model.presets import load_model
-from rollout.protocol import GREEDY_BELOW, FinishReason, GenerateRequest, SamplingParams
+from rollout.protocol import GREEDY_BELOW, FinishReason, SamplingParams, UniformBatch
 
 
-class PromptTooLongError(ValueError):
-    pass
+class PromptError(ValueError):
+    """A prompt the engine cannot serve, by its position in the batch."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"input_ids[{index}]: {reason}")
+        self.index, self.reason = index, reason
 
 
 @dataclass(frozen=True)
@@ -61,38 +67,48 @@ class Engine:
     def update_weights(self, checkpoint_dir: str | Path, weight_version: str | None = None) -> str:
         """Serve another checkpoint of the same architecture; returns the new weight version."""
         with self._lock:
-            version = weight_version or str(int(self.weight_version) + 1 if self.weight_version.isdigit() else 1)
+            version = weight_version or self._next_version()
             self._load(checkpoint_dir, version)
             return version
 
-    def generate(self, request: GenerateRequest) -> tuple[list[Completion], str]:
-        """Completions for every prompt of the request, and the weight version that produced them."""
-        prompts = request.prompts()
+    def _next_version(self) -> str:
+        return str(int(self.weight_version) + 1 if self.weight_version.isdigit() else 1)
+
+    def update_weights_in_place(self, receive: Callable[[dict[str, torch.Tensor]], None],
+                                weight_version: str | None = None) -> str:
+        """`receive` writes new values into the served tensors (by state-dict name) while no batch decodes;
+        returns the new weight version."""
+        with self._lock, torch.no_grad():
+            receive(self.model.state_dict())
+            self.weight_version = weight_version or self._next_version()
+            return self.weight_version
+
+    def generate(self, batch: UniformBatch) -> tuple[list[Completion], str]:
+        """Completions for every prompt of the batch, and the weight version that produced them."""
+        prompts = batch.prompts
         too_long = [(i, len(p)) for i, p in enumerate(prompts) if len(p) >= self.max_context]
         if too_long:
             index, length = too_long[0]
-            raise PromptTooLongError(
-                f"input_ids[{index}]: a prompt of {length} tokens leaves no room in the context of {self.max_context}"
-            )
+            raise PromptError(index, f"a prompt of {length} tokens leaves no room in the context of {self.max_context}")
         vocab = self.model.config.vocab_size
         bad = [(i, t) for i, p in enumerate(prompts) for t in p if not 0 <= t < vocab]
         if bad:
-            raise ValueError(f"input_ids[{bad[0][0]}]: token id {bad[0][1]} is outside the vocabulary (size {vocab})")
+            raise PromptError(bad[0][0], f"token id {bad[0][1]} is outside the vocabulary (size {vocab})")
         with self._lock, torch.inference_mode():
             self._requests += 1
-            seed = request.sampling_params.sampling_seed
+            seed = batch.sampling.sampling_seed
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self._requests if seed is None else seed)
-            completions = self._generate(prompts, request, generator)
+            completions = self._generate(batch, generator)
             return completions, self.weight_version
 
-    def _generate(self, prompts: list[list[int]], request: GenerateRequest, generator: torch.Generator) -> list[Completion]:
-        params = request.sampling_params
+    def _generate(self, batch: UniformBatch, generator: torch.Generator) -> list[Completion]:
+        prompts, params = batch.prompts, batch.sampling
         ids, mask = (tensor.to(self.device) for tensor in left_padded(prompts, self.pad_id))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        want_prompt = request.wants_prompt_logprobs()
+        want_prompt = batch.wants_prompt_logprobs()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=0 if want_prompt else 1)
-        prompt_logprobs = _prompt_logprobs(out.logits, ids, prompts, request.logprob_start_len) if want_prompt else None
+        prompt_logprobs = _prompt_logprobs(out.logits, ids, prompts, batch.logprob_start_len) if want_prompt else None
         budgets = [min(params.max_new_tokens, self.max_context - len(p)) for p in prompts]
         stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
         outputs: list[list[int]] = [[] for _ in prompts]
@@ -146,19 +162,26 @@ def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, to
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row and its logprob under softmax(logits / temperature)."""
+    """One token per row and its logprob under softmax(logits / temperature), drawn after SGLang's
+    truncations: top-k, then top-p, then min-p."""
     if params.temperature < GREEDY_BELOW:
         logprobs = torch.log_softmax(logits, dim=-1)
         tokens = logprobs.argmax(dim=-1)
         return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
     logprobs = torch.log_softmax(logits / params.temperature, dim=-1)
     probs = logprobs.exp()
+    if not params.keeps_all_tokens() and params.top_k < probs.shape[-1]:
+        kth = probs.topk(params.top_k, dim=-1).values[:, -1:]
+        probs = probs.masked_fill(probs < kth, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)  # top-p reads the mass of what top-k kept
     if params.top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # Keep the smallest prefix whose mass reaches top_p: a token stays if the mass before it is short of it.
         keep_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) < params.top_p
         keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
         probs = probs.masked_fill(~keep, 0.0)
+    if params.min_p > 0:
+        probs = probs.masked_fill(probs < params.min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
     tokens = draw(probs, generator)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from rollout.fleet import Fleet
 from rollout.orchestrator import EpisodeSettings, Orchestrator, RolloutResult, RolloutSpec
 from rollout.protocol import SamplingParams
-from rollout.router import EngineRouter
 from rollout.task_services import TaskServices
 
 
@@ -25,9 +25,9 @@ def play_episodes(specs: Sequence[RolloutSpec], engine_url: str, services: TaskS
 async def _play(specs, engine_url: str, services: TaskServices, tokenizer, sampling: SamplingParams,
                 episode: EpisodeSettings) -> list[RolloutResult]:
     services.registry.bind(asyncio.get_running_loop())
-    async with EngineRouter([engine_url]) as router:
+    async with Fleet(engine_url, routed=False) as fleet:
         await services.registry.wait_registered(list(services.registry.entries), timeout_s=120)
-        orchestrator = Orchestrator(services.registry, router, tokenizer, sampling, episode)
+        orchestrator = Orchestrator(services.registry, fleet, tokenizer, sampling, episode)
         try:
             return list(await asyncio.gather(*(orchestrator.play(spec) for spec in specs)))
         finally:

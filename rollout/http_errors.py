@@ -11,8 +11,14 @@ from fastapi.responses import JSONResponse
 def install_validation_errors(app: FastAPI) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
-        detail = [{"loc": [str(part) for part in e["loc"]], "msg": e["msg"], "type": e["type"],
+        detail = [{"loc": [str(part) for part in e["loc"] if not _union_member(part)], "msg": e["msg"], "type": e["type"],
                    "input": repr(e.get("input"))[:200]} for e in error.errors()]
         return JSONResponse(status_code=422, content={"detail": detail})
 
     return app
+
+
+def _union_member(part) -> bool:
+    """Pydantic names the member of a union it tried (`SamplingParams`, `list[int]`,
+    `function-after[...]`) in an error's location; a client's field names are lower-case words."""
+    return isinstance(part, str) and (part[:1].isupper() or "[" in part)

@@ -19,9 +19,9 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from rollout.auth import bearer_headers
 from rollout.context import OLD_RESULT_PLACEHOLDER, EpisodeContext
+from rollout.fleet import Fleet
 from rollout.protocol import SamplingParams
 from rollout.registry import TaskRegistry
-from rollout.router import EngineRouter
 from rollout.trajectory import TrajectoryBuilder, observation_ids, prompt_ids
 
 
@@ -61,9 +61,9 @@ class EnvironmentFailure(RuntimeError):
 
 
 class Orchestrator:
-    def __init__(self, registry: TaskRegistry, router: EngineRouter, tokenizer, sampling: SamplingParams,
+    def __init__(self, registry: TaskRegistry, fleet: Fleet, tokenizer, sampling: SamplingParams,
                  settings: EpisodeSettings = EpisodeSettings(), env_timeout_s: float = 60.0):
-        self.registry, self.router, self.tokenizer = registry, router, tokenizer
+        self.registry, self.fleet, self.tokenizer = registry, fleet, tokenizer
         self.sampling, self.settings = sampling, settings
         self.env = httpx.AsyncClient(timeout=env_timeout_s, headers=bearer_headers())
         self._placeholder_cache: dict[int, list[int]] = {}
@@ -82,7 +82,7 @@ class Orchestrator:
         except EnvironmentFailure as error:
             status, reward, failure = "env_error", None, str(error)
         finally:
-            replicas = self.router.finish(spec.rollout_id)
+            replicas = self.fleet.finish(spec.rollout_id)
             await self.registry.release(spec.task)
         rows = [self._row(spec, index, segment, reward, status, started, timing)
                 for index, segment in enumerate(builder.segments)]
@@ -104,7 +104,7 @@ class Orchestrator:
                 return "truncated", 0.0
             started = time.monotonic()
             sampling = self.sampling.model_copy(update={"max_new_tokens": min(self.sampling.max_new_tokens, budget)})
-            sample = await self.router.generate(spec.rollout_id, ids, sampling)
+            sample = await self.fleet.generate(spec.rollout_id, ids, sampling)
             timing["gen"] += time.monotonic() - started
             builder.add_turn(ids, sample)
             text = self.tokenizer.decode(sample.output_ids, skip_special_tokens=False)

@@ -1,4 +1,4 @@
-"""Start a rollout engine or an agent task service as its own process on this machine, and stop it again."""
+"""Start a rollout engine, SGLang's router or an agent task service as its own process on this machine, and stop it again."""
 
 from __future__ import annotations
 
@@ -134,6 +134,39 @@ class EnvServiceProcess(ServiceProcess):
         if latency_median_s:
             args += ["--latency-median-s", str(latency_median_s), "--latency-sigma", str(latency_sigma)]
         super().__init__("rollout.envs.service", args, log_path, host=host, startup_timeout_s=60.0)
+
+
+class RouterProcess(ServiceProcess):
+    """SGLang's router (rollout/router.py) in front of `worker_urls`."""
+
+    def __init__(self, worker_urls: Sequence[str], log_path: Path, *, host: str = "127.0.0.1",
+                 health_check_interval_s: int = 1):
+        metrics_port = free_port(host)
+        self.metrics_url = f"http://{host}:{metrics_port}/metrics"  # the router's Prometheus endpoint
+        args = [arg for url in worker_urls for arg in ("--worker-url", url)]
+        args += ["--metrics-port", str(metrics_port), "--health-check-interval-s", str(health_check_interval_s)]
+        super().__init__("rollout.router", args, log_path, host=host, startup_timeout_s=60.0)
+        self.worker_urls = list(worker_urls)
+
+    def wait_ready(self) -> str:
+        """Up once the router answers and lists every worker healthy (it registers them after it starts)."""
+        url = super().wait_ready()
+        while True:
+            listed = requests.get(f"{url}/workers", timeout=5, headers=bearer_headers()).json().get("workers", [])
+            healthy = {worker["url"] for worker in listed if worker["is_healthy"]}
+            if healthy >= set(self.worker_urls):
+                return url
+            if self.process.poll() is not None or time.monotonic() > self._deadline:
+                self.stop()
+                raise EngineUnavailableError(f"SGLang's router at {url} lists {sorted(healthy)} healthy, not "
+                                             f"{self.worker_urls}; log: {self.log_path}")
+            time.sleep(0.2)
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 def engine_serving(stack: ExitStack, checkpoint: str, engine_url: str | None, log_path: Path, seed: int = 0) -> EngineClient:

@@ -1,19 +1,31 @@
-"""The subset of SGLang's native HTTP protocol our trainers use, as pydantic models.
+"""SGLang's native /generate contract (`sglang.api.v1.api_types`), as far as a token-in engine serves it.
 
-Requests and responses have SGLang's shapes (`/generate` with `input_ids` and `sampling_params`,
-`meta_info` with `output_token_logprobs` as `[logprob, token_id, None]` triples), so a real SGLang
-server can stand in for `rollout.server` at scale. Unknown fields are refused rather than ignored:
-a misspelt sampling parameter would otherwise change nothing, silently.
+Requests and responses have SGLang's shapes: `input_ids` (one prompt or a batch), `sampling_params` (one
+for all prompts or one per prompt), `return_logprob` and `logprob_start_len` (likewise), `meta_info` with
+`[logprob, token_id, text]` entries and `finish_reason` objects. So our engine is a worker SGLang's router
+can front, and our clients talk to real SGLang servers; tests/test_sglang_contract.py validates both
+directions against SGLang's own types.
+
+As SGLang does, unknown top-level fields are ignored (its router adds several) and unknown sampling
+parameters are refused (a misspelt one would otherwise change nothing, silently). A field this engine
+cannot honour (text prompts, streaming, top logprobs, hidden states, string stops, grammars) is refused
+with a 400 naming it, never ignored.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # As SGLang does: a temperature this small samples greedily (dividing logits by it would overflow).
 GREEDY_BELOW = 1e-6
+# The response header naming the engine that answered: SGLang's router passes it through, so a client
+# behind the router knows which replica served each turn of a rollout.
+ENGINE_HEADER = "X-Posttrain-Engine"
+# SGLang's "no top-k" (sglang.api.v1.SamplingParams.top_k's default); -1 means the same.
+NO_TOP_K = 1 << 30
 
 
 class SamplingParams(BaseModel):
@@ -21,29 +33,115 @@ class SamplingParams(BaseModel):
 
     temperature: float = Field(1.0, ge=0.0, description=f"0 (or below {GREEDY_BELOW:g}) is greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(NO_TOP_K, description="keep the k likeliest tokens; -1 or 2^30: all")
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description="drop tokens below min_p times the likeliest one's probability")
     max_new_tokens: int = Field(128, ge=0)
     stop_token_ids: list[int] = Field(default_factory=list)
     ignore_eos: bool = False
     sampling_seed: int | None = Field(None, description="seeds this request's sampling; default: engine seed and request count")
+    # SGLang's detokenizer options: a token-out engine has no text to shape, so any value is served alike.
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    no_stop_trim: bool = False
+    stream_interval: int | None = None
+    # SGLang's options this engine does not implement: only their "off" value is accepted.
+    stop: str | list[str] | None = None
+    stop_regex: str | list[str] | None = None
+    min_new_tokens: int = 0
+    n: int = 1
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
+    logit_bias: dict[str, float] = Field(default_factory=dict)
+    custom_params: dict | None = None
+    beam_width: int | None = None
+    watermark: dict | None = None
+    choice: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _served(self) -> SamplingParams:
+        if not (self.top_k == -1 or self.top_k >= 1):
+            raise ValueError(f"top_k: {self.top_k}; give -1 (all tokens) or at least 1")
+        off = {"stop": None, "stop_regex": None, "min_new_tokens": 0, "n": 1, "frequency_penalty": 0.0,
+               "presence_penalty": 0.0, "repetition_penalty": 1.0, "json_schema": None, "regex": None, "ebnf": None,
+               "structural_tag": None, "logit_bias": {}, "custom_params": None, "beam_width": None,
+               "watermark": None, "choice": []}
+        unserved = [name for name, value in off.items() if getattr(self, name) not in (value, [])]
+        if unserved:
+            raise ValueError(f"{', '.join(unserved)}: not served by this engine (token ids in, token ids out; "
+                             f"use stop_token_ids for stops)")
+        return self
+
+    def keeps_all_tokens(self) -> bool:
+        return self.top_k == -1 or self.top_k >= NO_TOP_K
 
 
-class GenerateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass(frozen=True)
+class UniformBatch:
+    """Prompts the engine decodes together: one set of sampling and logprob settings for all of them."""
 
-    input_ids: list[list[int]] | list[int]
-    sampling_params: SamplingParams = Field(default_factory=SamplingParams)
+    prompts: list[list[int]]
+    sampling: SamplingParams
     return_logprob: bool = False
     # SGLang's convention: prompt logprobs from this position on; -1 returns none.
     logprob_start_len: int = -1
 
+    def wants_prompt_logprobs(self) -> bool:
+        # A prefill-only request asking for logprobs is scoring the prompt (distillation's teachers).
+        return self.return_logprob and (self.logprob_start_len >= 0 or self.sampling.max_new_tokens == 0)
+
+    def settings_key(self) -> str:
+        """Equal for batches the engine may decode as one."""
+        return f"{self.sampling.model_dump_json()}|{self.return_logprob}|{self.logprob_start_len}"
+
+
+def _per_prompt(name: str, value, count: int) -> list:
+    if not isinstance(value, list):
+        return [value] * count
+    if len(value) != count:
+        raise ValueError(f"{name}: {len(value)} values for {count} prompts")
+    return value
+
+
+class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    input_ids: list[list[int]] | list[int]
+    sampling_params: SamplingParams | list[SamplingParams] = Field(default_factory=SamplingParams)
+    return_logprob: bool | list[bool] | None = False
+    logprob_start_len: int | list[int] | None = -1
+    rid: str | list[str] | None = None
+    # SGLang's fields this engine cannot honour: accepted at their "off" value (what SGLang's router sends).
+    text: str | list[str] | None = None
+    stream: bool | None = False
+    top_logprobs_num: int | list[int] | None = None
+    token_ids_logprob: list[int] | list[list[int]] | None = None
+    return_hidden_states: bool | list[bool] | None = False
+
     @model_validator(mode="after")
-    def _not_empty(self) -> GenerateRequest:
+    def _valid(self) -> GenerateRequest:
         prompts = self.prompts()
         if not prompts:
             raise ValueError("input_ids: no prompts")
         empty = [i for i, prompt in enumerate(prompts) if not prompt]
         if empty:
             raise ValueError(f"input_ids[{empty[0]}]: empty prompt")
+        for name in ("sampling_params", "return_logprob", "logprob_start_len", "rid", "top_logprobs_num",
+                     "return_hidden_states"):
+            _per_prompt(name, getattr(self, name), len(prompts))
+        unserved = [name for name, wanted in (
+            ("text", self.text is not None), ("stream", bool(self.stream)),
+            ("top_logprobs_num", any(_per_prompt("top_logprobs_num", self.top_logprobs_num, len(prompts)))),
+            ("token_ids_logprob", self.token_ids_logprob is not None),
+            ("return_hidden_states", any(_per_prompt("return_hidden_states", self.return_hidden_states, len(prompts)))),
+        ) if wanted]
+        if unserved:
+            raise ValueError(f"{', '.join(unserved)}: not served by this engine (token ids in, token ids out, "
+                             f"whole responses)")
         return self
 
     @property
@@ -53,9 +151,24 @@ class GenerateRequest(BaseModel):
     def prompts(self) -> list[list[int]]:
         return self.input_ids if self.batched else [self.input_ids]  # type: ignore[list-item]
 
-    def wants_prompt_logprobs(self) -> bool:
-        # A prefill-only request asking for logprobs is scoring the prompt (distillation's teachers).
-        return self.return_logprob and (self.logprob_start_len >= 0 or self.sampling_params.max_new_tokens == 0)
+    def sampling(self) -> list[SamplingParams]:
+        return _per_prompt("sampling_params", self.sampling_params, len(self.prompts()))
+
+    def request_ids(self) -> list[str | None]:
+        return _per_prompt("rid", self.rid, len(self.prompts()))
+
+    def uniform_batches(self) -> list[tuple[list[int], UniformBatch]]:
+        """The prompts grouped by identical settings, each group with the positions of its prompts."""
+        prompts = self.prompts()
+        returns = _per_prompt("return_logprob", self.return_logprob, len(prompts))
+        starts = _per_prompt("logprob_start_len", self.logprob_start_len, len(prompts))
+        groups: dict[str, tuple[list[int], UniformBatch]] = {}
+        for index, (prompt, sampling, wants, start) in enumerate(zip(prompts, self.sampling(), returns, starts, strict=True)):
+            batch = UniformBatch([], sampling, bool(wants), -1 if start is None else start)
+            indices, group = groups.setdefault(batch.settings_key(), ([], batch))
+            indices.append(index)
+            group.prompts.append(prompt)
+        return list(groups.values())
 
 
 class RequestLimits(BaseModel):
@@ -71,7 +184,7 @@ class RequestLimits(BaseModel):
         prompts = request.prompts()
         if len(prompts) > self.max_prompts:
             return f"input_ids: {len(prompts)} prompts; this engine takes at most {self.max_prompts} per request"
-        tokens = sum(len(prompt) for prompt in prompts) + len(prompts) * request.sampling_params.max_new_tokens
+        tokens = sum(len(prompt) + params.max_new_tokens for prompt, params in zip(prompts, request.sampling(), strict=True))
         if tokens > self.max_tokens:
             return (f"{tokens} tokens (prompts plus max_new_tokens for each); this engine takes at most "
                     f"{self.max_tokens} per request")
@@ -79,22 +192,37 @@ class RequestLimits(BaseModel):
 
 
 class FinishReason(BaseModel):
-    type: Literal["stop", "length"]
+    type: Literal["stop", "length", "abort"]
     matched: int | None = None  # the stop token, for "stop"
     length: int | None = None  # the completion length, for "length"
+    message: str | None = None  # why, for "abort"
+
+    def wire(self) -> dict:
+        """SGLang's shape: only the fields of this kind of finish."""
+        return self.model_dump(exclude_none=True)
+
+
+# [logprob, token_id, text]: SGLang's LogprobEntry. Token-out engines leave text null; the first prompt
+# token has no logprob (nothing precedes it).
+LogprobEntry = tuple[float | None, int, str | None]
 
 
 class MetaInfo(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = ""
     prompt_tokens: int
     completion_tokens: int
     finish_reason: FinishReason
-    weight_version: str
-    output_token_logprobs: list[tuple[float, int, None]] | None = None
-    # The first prompt token has no logprob (nothing precedes it): SGLang reports None there.
-    input_token_logprobs: list[tuple[float | None, int, None]] | None = None
+    weight_version: str | None = None
+    output_token_logprobs: list[LogprobEntry] | None = None
+    input_token_logprobs: list[LogprobEntry] | None = None
 
 
 class GenerateOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    text: str = ""
     output_ids: list[int]
     meta_info: MetaInfo
 

@@ -1,7 +1,9 @@
 """The rollout engine as an HTTP service: `python -m rollout.server --checkpoint URI --port N`.
 
 Endpoints (SGLang's native names and shapes): `POST /generate`, `POST /update_weights` (also as
-`/update_weights_from_disk`), `GET /health`, `GET /get_model_info`. Bad input is a 400 naming the
+`/update_weights_from_disk`), SGLang's distributed weight update (`POST /init_weights_update_group`,
+`/update_weights_from_distributed`, `/destroy_weights_update_group`: rollout/weight_sync.py), `GET /health`,
+`GET /get_model_info`. Every route takes the API key when one is set. Bad input is a 400 naming the
 field; a checkpoint that cannot be loaded leaves the served weights as they were, and one that is not
 the served architecture, not from a store or a `--weights-dir`, or too large for the memory left is
 refused before loading (rollout/weight_updates.py).
@@ -10,31 +12,43 @@ refused before loading (rollout/weight_updates.py).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import shutil
 import signal
 import tempfile
+import uuid
 from pathlib import Path
 from typing import get_args
 
+import torch.distributed as dist
 import uvicorn
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 
 from infra.lifetime import exit_with_owner
 from infra.store import open_artifact
-from model.device import Precision
+from model.precision import Precision
 from rollout.auth import API_KEY_ENV, api_key, require_api_key
 from rollout.batching import RequestBatcher
-from rollout.engine import Engine, PromptTooLongError
+from rollout.engine import Completion, Engine, PromptError
 from rollout.http_errors import install_validation_errors
 from rollout.protocol import (
+    ENGINE_HEADER,
     GenerateOutput,
     GenerateRequest,
     MetaInfo,
     RequestLimits,
+    UniformBatch,
     UpdateWeightsRequest,
     UpdateWeightsResponse,
+)
+from rollout.weight_sync import (
+    GROUP_NAME,
+    InitWeightsUpdateGroup,
+    UpdateWeightsFromDistributed,
+    join_group,
+    receive_into,
 )
 from rollout.weight_updates import UpdateRefused, available_memory, check_architecture, check_memory, inspect
 
@@ -56,8 +70,31 @@ def local_checkpoint(model_path: str, workdir: Path) -> Path:
     return path
 
 
+def generate_output(prompt: list[int], completion: Completion, batch: UniformBatch, version: str,
+                    request_id: str | None) -> dict:
+    """One prompt's answer in SGLang's shape (sglang.api.v1.GenerateResponse)."""
+    meta = MetaInfo(id=request_id or uuid.uuid4().hex, prompt_tokens=len(prompt),
+                    completion_tokens=len(completion.output_ids), finish_reason=completion.finish_reason,
+                    weight_version=version)
+    if batch.return_logprob:
+        meta.output_token_logprobs = [(lp, t, None) for lp, t in zip(completion.output_logprobs, completion.output_ids, strict=True)]
+    if completion.prompt_logprobs is not None:
+        start = max(batch.logprob_start_len, 0)
+        meta.input_token_logprobs = [(lp, t, None) for lp, t in zip(completion.prompt_logprobs, prompt[start:], strict=True)]
+    wire = GenerateOutput(output_ids=completion.output_ids, meta_info=meta).model_dump(exclude_none=True)
+    wire["meta_info"]["finish_reason"] = completion.finish_reason.wire()
+    return wire
+
+
+async def _answer(batcher: RequestBatcher, indices: list[int], batch: UniformBatch) -> tuple[list[Completion], str]:
+    try:
+        return await batcher.generate(batch)
+    except PromptError as error:  # named by its position in the request, not in its batch
+        raise PromptError(indices[error.index], error.reason) from error
+
+
 def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None, key: str | None = None,
-              weights_dirs: tuple[Path, ...] = ()) -> FastAPI:
+              weights_dirs: tuple[Path, ...] = (), advertised_url: str = "") -> FastAPI:
     app = require_api_key(install_validation_errors(FastAPI(title="posttrain rollout engine")), key)
 
     batcher = RequestBatcher(engine)
@@ -84,25 +121,19 @@ def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None
             raise HTTPException(status_code=429, detail=f"{in_flight[0]} requests in flight; this engine takes at "
                                                         f"most {limits.max_in_flight} at once (--max-in-flight)")
         in_flight[0] += 1
+        parts = request.uniform_batches()
         try:
-            completions, version = await batcher.generate(request)
-        except (PromptTooLongError, ValueError) as error:
+            answers = await asyncio.gather(*(_answer(batcher, indices, batch) for indices, batch in parts))
+        except ValueError as error:
             raise HTTPException(status_code=400, detail=str(error)) from error
         finally:
             in_flight[0] -= 1
-        outputs = []
-        for completion, prompt in zip(completions, request.prompts(), strict=True):
-            meta = MetaInfo(
-                prompt_tokens=len(prompt), completion_tokens=len(completion.output_ids),
-                finish_reason=completion.finish_reason, weight_version=version,
-            )
-            if request.return_logprob:
-                meta.output_token_logprobs = [(lp, t, None) for lp, t in zip(completion.output_logprobs, completion.output_ids, strict=True)]
-            if completion.prompt_logprobs is not None:
-                start = max(request.logprob_start_len, 0)
-                meta.input_token_logprobs = [(lp, t, None) for lp, t in zip(completion.prompt_logprobs, prompt[start:], strict=True)]
-            outputs.append(GenerateOutput(output_ids=completion.output_ids, meta_info=meta).model_dump())
-        return JSONResponse(outputs if request.batched else outputs[0])
+        outputs: list[dict] = [{} for _ in request.prompts()]
+        request_ids = request.request_ids()
+        for (indices, batch), (completions, version) in zip(parts, answers, strict=True):
+            for index, prompt, completion in zip(indices, batch.prompts, completions, strict=True):
+                outputs[index] = generate_output(prompt, completion, batch, version, request_ids[index])
+        return JSONResponse(outputs if request.batched else outputs[0], headers={ENGINE_HEADER: advertised_url})
 
     downloads: list[Path] = []  # the download the engine serves from, if any: only it is kept
 
@@ -131,6 +162,41 @@ def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None
 
     app.post("/update_weights")(update)
     app.post("/update_weights_from_disk")(update)
+
+    groups: dict[str, dist.ProcessGroup] = {}  # SGLang's weight update groups this engine joined, by name
+
+    @app.post("/init_weights_update_group")
+    def init_group(request: InitWeightsUpdateGroup) -> dict:
+        try:  # blocks until every member joined (the trainer joins as rank 0 meanwhile)
+            groups[request.group_name] = join_group(request.backend, request.master_address, request.master_port,
+                                                    request.rank_offset, request.world_size)
+        except Exception as error:
+            log.exception("joining weight update group %s failed", request.group_name)
+            return {"success": False, "message": f"{request.group_name}: {error}"}
+        log.info("joined weight update group %s as rank %d of %d", request.group_name, request.rank_offset,
+                 request.world_size)
+        return {"success": True, "message": f"joined {request.group_name} as rank {request.rank_offset}"}
+
+    @app.post("/update_weights_from_distributed")
+    def update_distributed(request: UpdateWeightsFromDistributed) -> dict:
+        group = groups.get(request.group_name)
+        if group is None:
+            raise HTTPException(status_code=400, detail=f"group_name: {request.group_name!r} was not initialised "
+                                                        f"(POST /init_weights_update_group first)")
+        try:
+            version = engine.update_weights_in_place(lambda served: receive_into(group, request, served),
+                                                     request.weight_version)
+        except Exception as error:
+            log.exception("update_weights_from_distributed failed")
+            return {"success": False, "message": str(error)}
+        log.info("serving %d tensors from %s as weight version %s", len(request.names), request.group_name, version)
+        return {"success": True, "message": f"received {len(request.names)} tensors", "weight_version": version}
+
+    @app.post("/destroy_weights_update_group")
+    def destroy_group(request: dict) -> dict:
+        groups.pop(request.get("group_name", GROUP_NAME), None)
+        return {"success": True, "message": "destroyed"}
+
     return app
 
 
@@ -151,6 +217,8 @@ def main(argv: list[str] | None = None) -> None:
                              "(default: a new temp folder)")
     parser.add_argument("--weights-dir", type=Path, action="append", default=[],
                         help="a local folder update_weights may load from (repeatable); store URIs always may")
+    parser.add_argument("--advertise-url", default=None,
+                        help="the URL clients and routers reach this engine at (default http://HOST:PORT)")
     parser.add_argument("--api-key", default=api_key(), help=f"require this bearer token on every route (default ${API_KEY_ENV})")
     defaults = RequestLimits()
     parser.add_argument("--max-prompts", type=int, default=defaults.max_prompts, help="prompts per /generate request")
@@ -172,7 +240,9 @@ def main(argv: list[str] | None = None) -> None:
         engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed, precision=args.precision)
         limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens,
                                max_in_flight=args.max_in_flight)
-        uvicorn.run(build_app(engine, workdir, limits, args.api_key, tuple(args.weights_dir)), host=args.host, port=args.port, log_level="warning")
+        app = build_app(engine, workdir, limits, args.api_key, tuple(args.weights_dir),
+                        args.advertise_url or f"http://{args.host}:{args.port}")
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:  # the downloads go with the engine (SIGTERM, Ctrl-C and its owner's death included)
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -27,9 +27,10 @@ settings.load_profile("posttrain")
 # Files that must share a worker. The fault-injection files kill processes at chosen moments, so they must
 # not run beside each other, and the pipeline flow test reads their smoke pipeline: one group, handed out
 # first so its ~12 minutes overlap the rest of the run instead of trailing it. The ORM's users share the
-# one trained ORM (a session fixture is per worker). The Slurm and DeepSpeed files stay apart: together
-# they made one 6-minute CPU block beside the fault group, and its pipeline-kill test ran out of time. Every other file is a group of its own (what --dist
-# loadfile would do); the Makefile runs `--dist loadgroup --no-loadscope-reorder`.
+# one trained ORM (a session fixture is per worker). Every other file is a group of its own (what --dist
+# loadfile would do). The groups are this scheduler's (pytest_xdist_make_scheduler): xdist's own
+# `--dist loadgroup` marks a group by rewriting each test's node id, which pytest 9 no longer reads, so its
+# groups silently never formed.
 SERIAL_FIRST = ("tests/faults/", "tests/test_pipeline_flow.py")
 SHARED = {"trained-orm": ("tests/test_orm.py", "tests/test_general_rl.py", "tests/test_reward_contract.py")}
 
@@ -40,10 +41,19 @@ def xdist_group(path: str) -> str:
     return next((group for group, paths in SHARED.items() if path in paths), path)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist turns the marks into the groups it schedules by
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduler (a scope's tests run on one worker, scopes handed out in collection order with
+    --no-loadscope-reorder), its scopes being the groups above."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid.split("::")[0])
+
+    return FileGroups(config, log)
+
+
 def pytest_collection_modifyitems(items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid.split("::")[0])))
     items.sort(key=lambda item: not item.nodeid.startswith(SERIAL_FIRST))  # stable: collection order otherwise
 
 

@@ -1,25 +1,31 @@
-"""Agent rollouts end to end over real HTTP: engine replicas behind the router, task services that
-register with the orchestrator, and what happens when a replica or a service dies mid-stage."""
+"""Agent rollouts end to end over real HTTP: engine replicas behind SGLang's router, task services that
+register with the orchestrator, and what happens when a replica dies, stops answering for a while, or a
+service dies mid-stage."""
 
 import asyncio
 import json
 import logging
+import time
 
 import pytest
+import requests
 
 from data_contracts import ROLLOUT_V1
 from data_contracts.conversation import messages_from_records
 from data_contracts.parquet import write_parquet
 from model.presets import build_model
 from rollout.envs.catalog import task_class
+from rollout.fleet import Fleet
 from rollout.orchestrator import EpisodeSettings, Orchestrator, RolloutSpec
-from rollout.process import EngineProcess
+from rollout.process import EngineProcess, RouterProcess
 from rollout.protocol import SamplingParams
-from rollout.router import EngineRouter
 from rollout.task_services import TaskServices
 from suites.prepare import SuiteSizes, prompt_splits
+from tests.unavailable_proxy import UnavailableProxy
 
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=24)
+# Turns long enough that a replica killed mid-stage holds requests it has not answered.
+LONG_TURNS = SamplingParams(temperature=1.0, max_new_tokens=64, ignore_eos=True)
 SETTINGS = EpisodeSettings(max_turns=3, max_context=512, keep_recent=1, discard_above=400)
 
 
@@ -47,16 +53,28 @@ def checkpoint(tokenizer, tmp_path_factory):
 
 
 class Stack:
-    """Engine replicas, and the task services registered with an orchestrator registry."""
+    """Engine replicas behind SGLang's router (the second through a proxy that can answer 503), and the
+    task services registered with an orchestrator registry."""
 
     def __init__(self, checkpoint, logs, replicas=2):
         self.engines = [EngineProcess(checkpoint, logs / f"engine-{i}.log", seed=i) for i in range(replicas)]
         for engine in self.engines:
-            engine.start()
+            engine.launch()
         self.tasks = TaskServices({"search": 1.0, "calc": 1.0}, logs).start()
+        for engine in self.engines:
+            engine.wait_ready()
+        self.proxy = UnavailableProxy(self.engines[-1].url).__enter__()
+        self.worker_urls = [e.url for e in self.engines[:-1]] + [self.proxy.url]
+        self.router = RouterProcess(self.worker_urls, logs / "router.log")
+        self.router_url = self.router.start()
         self.registry, self.services = self.tasks.registry, self.tasks.services
 
+    def workers(self):
+        return {w["url"]: w["is_healthy"] for w in requests.get(f"{self.router_url}/workers", timeout=10).json()["workers"]}
+
     def close(self):
+        self.router.stop()
+        self.proxy.__exit__()
         self.tasks.stop()
         for engine in self.engines:
             engine.stop()
@@ -71,20 +89,20 @@ def stack(checkpoint, tmp_path):
 
 async def play_all(stack, tokenizer, rollout_specs, during=None):
     stack.registry.bind(asyncio.get_running_loop())
-    async with EngineRouter([e.url for e in stack.engines]) as router:
+    async with Fleet(stack.router_url) as fleet:
         await stack.registry.wait_registered(list(stack.services), timeout_s=30)
-        orchestrator = Orchestrator(stack.registry, router, tokenizer, SAMPLING, SETTINGS)
+        orchestrator = Orchestrator(stack.registry, fleet, tokenizer, SAMPLING, SETTINGS)
         plays = [asyncio.create_task(orchestrator.play(spec)) for spec in rollout_specs]
         if during is not None:
-            await during(router)
+            await during(fleet)
         results = await asyncio.gather(*plays)
         await orchestrator.aclose()
-        return results, router
+        return results, fleet
 
 
 def test_rollouts_record_exact_engine_tokens_with_environment_tokens_masked(stack, tokenizer, tmp_path):
     rollout_specs = specs(8)
-    results, router = asyncio.run(play_all(stack, tokenizer, rollout_specs))
+    results, fleet = asyncio.run(play_all(stack, tokenizer, rollout_specs))
 
     assert [r.spec.rollout_id for r in results] == [s.rollout_id for s in rollout_specs]
     assert {r.status for r in results} <= {"ok", "truncated"} and all(r.reward in (0.0, 1.0) for r in results)
@@ -104,53 +122,83 @@ def test_rollouts_record_exact_engine_tokens_with_environment_tokens_masked(stac
             assert all(lp == 0.0 for lp, m in zip(row["rollout_logprobs"], row["loss_mask"], strict=True) if m == 0)
             if masked:
                 assert tokenizer.decode(masked, skip_special_tokens=False).startswith("<tool_response>")
-    assert sum(router.requests.values()) == sum(r.turns for r in results)
+    assert sum(fleet.requests.values()) == sum(r.turns for r in results)
+    assert set(fleet.requests) == {e.url for e in stack.engines}  # both replicas served, each named by its header
 
 
-def test_a_replica_killed_mid_stage_loses_no_rollout_and_the_router_logs_it(stack, tokenizer, caplog):
-    caplog.set_level(logging.WARNING, logger="rollout.router")
+def test_a_replica_killed_mid_stage_loses_no_rollout_and_the_router_takes_it_out(stack, tokenizer, caplog):
+    caplog.set_level(logging.WARNING, logger="rollout.fleet")
     first_wave, second_wave = specs(3, prefix="a"), specs(10, prefix="k")
     dead = stack.engines[0].url
 
     async def two_waves():
         stack.registry.bind(asyncio.get_running_loop())
-        async with EngineRouter([e.url for e in stack.engines]) as router:
+        async with Fleet(stack.router_url) as fleet:
             await stack.registry.wait_registered(list(stack.services), timeout_s=30)
-            orchestrator = Orchestrator(stack.registry, router, tokenizer, SAMPLING, SETTINGS)
+            orchestrator = Orchestrator(stack.registry, fleet, tokenizer, LONG_TURNS, SETTINGS)
             served = await asyncio.gather(*(orchestrator.play(spec) for spec in first_wave))
+            before = sum(fleet.requests.values())
             plays = [asyncio.create_task(orchestrator.play(spec)) for spec in second_wave]
-            # Mid-stage: the replica has answered turns and holds requests of the second wave when it dies.
-            while router.in_flight[dead] == 0:
-                await asyncio.sleep(0)
+            # Mid-stage: the replica has answered turns of the second wave, and its rollouts go on, when it dies.
+            while sum(fleet.requests.values()) < before + 2:
+                await asyncio.sleep(0.01)
             await asyncio.to_thread(stack.engines[0].service.kill)
+            at_kill = fleet.requests[dead], sum(fleet.requests.values())
             results = await asyncio.gather(*plays)
             await orchestrator.aclose()
-            return served, results, router
+            return served, results, fleet, at_kill
 
-    served, results, router = asyncio.run(two_waves())
+    served, results, fleet, (dead_answers, all_answers) = asyncio.run(two_waves())
 
-    assert router.requests[dead] >= 1 and any(dead in r.replicas for r in served)
+    assert any(dead in r.replicas for r in served)
     # Ids reconcile: every rollout finished exactly once, with its own samples.
     assert sorted(r.spec.rollout_id for r in results) == sorted(s.rollout_id for s in second_wave)
     sample_ids = [row["sample_id"] for r in served + results for row in r.rows]
     assert len(sample_ids) == len(set(sample_ids))
-    assert {r.status for r in results} <= {"ok", "truncated"}
-    assert router.removals == 1 and dead not in router.load()
-    log = caplog.text
-    assert f"removed replica {dead}" in log
-    # It died holding requests: they were asked again on the survivor.
-    assert router.retries >= 1 and "retrying rollout" in log
-    # Nothing reached the dead replica after it was removed: later turns all went to the survivor.
-    moved = [r for r in results if dead in r.replicas and r.replicas[-1] != dead]
-    assert all(r.replicas[r.replicas.index(dead):].count(dead) == r.replicas.count(dead) for r in moved)
-    assert all(dead not in r.replicas for r in results if r.replicas and r.replicas[0] != dead)
+    assert sum(len(r.rows) for r in results) == sum(r.turns for r in results)  # one sample per turn answered
+    assert {r.status for r in results} <= {"ok", "truncated"}, [r.failure for r in results if r.failure]
+    # It died holding requests: SGLang's router asked them again of the survivor, which answered every
+    # turn after the kill.
+    assert router_metric(stack, "smg_worker_retries_total") >= 1
+    assert fleet.requests[dead] == dead_answers and sum(fleet.requests.values()) > all_answers
+    # SGLang's router's health check took it out of rotation.
+    assert stack.workers()[dead] is False
+
+
+def test_a_replica_answering_503_for_a_while_is_skipped_and_rejoins(stack, tokenizer):
+    behind_proxy = stack.engines[-1].url
+    results, _ = asyncio.run(play_all(stack, tokenizer, specs(4, prefix="w")))
+    assert any(behind_proxy in r.replicas for r in results)  # the proxied replica takes its share
+
+    stack.proxy.unavailable.set()
+    deadline = time.monotonic() + 30
+    while stack.workers()[stack.proxy.url] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert stack.workers()[stack.proxy.url] is False
+    during, _ = asyncio.run(play_all(stack, tokenizer, specs(4, prefix="u")))
+    assert all(r.status in ("ok", "truncated") for r in during)
+    assert all(behind_proxy not in r.replicas for r in during)  # skipped while it answers 503
+
+    stack.proxy.unavailable.clear()
+    deadline = time.monotonic() + 30
+    while not stack.workers()[stack.proxy.url] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert stack.workers()[stack.proxy.url] is True
+    after, _ = asyncio.run(play_all(stack, tokenizer, specs(4, prefix="w")))  # the same keys as before it left
+    assert any(behind_proxy in r.replicas for r in after) and stack.proxy.refused > 0
+
+
+def router_metric(stack, name: str) -> float:
+    """A counter from SGLang's router's Prometheus endpoint, summed over its labels."""
+    lines = requests.get(stack.router.metrics_url, timeout=10).text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name))
 
 
 def test_a_task_service_killed_mid_episode_fails_its_rollouts_as_environment_errors(stack, tokenizer):
     rollout_specs = specs(8, prefix="e")
 
-    async def kill_search(router):
-        while sum(router.requests.values()) < 6:
+    async def kill_search(fleet):
+        while sum(fleet.requests.values()) < 6:
             await asyncio.sleep(0.01)
         await asyncio.to_thread(stack.services["search"].kill)
 
@@ -175,7 +223,7 @@ def test_task_shares_and_concurrency_change_while_running(stack, tokenizer):
     registry.update("calc", share=1.0)
     peak = {"calc": 0}
 
-    async def narrow_calc(router):
+    async def narrow_calc(fleet):
         registry.update("calc", concurrency=1)
         while any(not t.done() for t in asyncio.all_tasks() if t.get_coro().__name__ == "play"):
             peak["calc"] = max(peak["calc"], registry.entries["calc"].running)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from stages.agentic.groups import is_stale, refill_group
-from stages.agentic.loss import ImportanceSettings, centred_advantages, direct_is_loss, importance_mask
+from stages.agentic.importance import ImportanceSettings
+from stages.agentic.loss import centred_advantages, direct_is_loss, importance_mask
 
 
 def logs(*probabilities):

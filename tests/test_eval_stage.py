@@ -2,7 +2,8 @@
 
 from data_contracts import EVAL_V1, read_parquet
 from infra.store import open_store
-from stages.evaluation.committed import EvalSettings, evaluate_checkpoint
+from stages.evaluation.committed import evaluate_checkpoint
+from stages.evaluation.settings import EvalSettings
 
 
 def test_search_episodes_are_capped_apart_from_the_other_suites(small_store, tmp_path):

@@ -18,7 +18,7 @@ from flows.sft import sft
 from infra.launchers.slurm import job_fields
 from infra.ports import free_port
 from infra.store import open_store
-from stages.evaluation.committed import EvalSettings
+from stages.evaluation.settings import EvalSettings
 from stages.sft.config import SftConfig
 from tests.faults.processes import wait_for
 from tests.sft_fixtures import small_config

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from rollout.envs.catalog import task_class
 from rollout.orchestrator import EpisodeSettings
-from stages.agentic.loss import ImportanceSettings
+from stages.agentic.importance import ImportanceSettings
 from stages.common.config import ComputeSettings, OptimizerSettings, SamplingSettings, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
@@ -42,6 +42,8 @@ class AgenticRecipe(BaseModel):
     max_in_flight_groups: int = Field(16, ge=1, description="how far generation runs ahead of training (async)")
     replicas: int = Field(2, ge=1, description="engine replicas started here when engine_urls is empty")
     engine_urls: list[str] = Field(default_factory=list, description="running engines (ours or SGLang)")
+    router_url: str | None = Field(None, description="SGLang's router in front of running engines (at scale); "
+                                                     "default: one started here when there is more than one engine")
     env_latency_median_s: float | None = Field(None, gt=0, description="add a lognormal delay to every env step")
     env_latency_sigma: float = Field(1.0, ge=0)
     checkpoint_every: int = Field(10, ge=1)

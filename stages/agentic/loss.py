@@ -9,17 +9,8 @@ are dropped outright rather than clipped: they are too far off-policy to carry a
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, Field
 
-from stages.common.recipe import STRICT
-
-
-class ImportanceSettings(BaseModel):
-    """The band a token's ratio r_t must stay inside to be trained on: (1 − ε_l, 1 + ε_h)."""
-
-    model_config = STRICT
-    eps_low: float = Field(0.2, ge=0)
-    eps_high: float = Field(0.28, ge=0)
+from stages.agentic.importance import ImportanceSettings
 
 
 def centred_advantages(rewards: torch.Tensor) -> torch.Tensor:

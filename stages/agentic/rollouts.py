@@ -4,7 +4,7 @@ The producer owns the engine router, the orchestrator and the task registry's HT
 starting groups (G rollouts of one prompt, its task drawn by share) as long as it holds permits, and
 puts every finished group on a queue. The trainer returns permits: one per group it takes in async
 mode, so generation stays `max_in_flight_groups` ahead of training; a whole batch after each step in
-sync mode, so no rollout overlaps training. Weight pushes go through the router to every replica.
+sync mode, so no rollout overlaps training. Weight pushes go to every replica SGLang's router lists.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
+from rollout.fleet import Fleet
 from rollout.orchestrator import Orchestrator, RolloutResult, RolloutSpec
 from rollout.registry import TaskRegistry
-from rollout.router import EngineRouter
 from stages.agentic.config import AgenticRlConfig
 from stages.agentic.groups import is_stale, refill_group
 
@@ -31,15 +31,18 @@ class Group:
 
 
 class RolloutProducer:
-    def __init__(self, config: AgenticRlConfig, tokenizer, task_rows: dict[str, list[dict]], engine_urls: list[str],
-                 registry: TaskRegistry, rank: int, start_step: int = 0, weights: tuple[str, int] | None = None):
-        """`weights` (checkpoint dir, version): what the replicas must serve before the first rollout,
-        for a resumed run whose replicas started from the init checkpoint."""
-        self.config, self.tokenizer, self.task_rows, self.engine_urls = config, tokenizer, task_rows, engine_urls
+    def __init__(self, config: AgenticRlConfig, tokenizer, task_rows: dict[str, list[dict]], fleet_url: str,
+                 routed: bool, registry: TaskRegistry, rank: int, start_step: int = 0,
+                 weights: tuple[str, int] | None = None):
+        """`fleet_url`: SGLang's router, or the only engine (`routed` False). `weights` (checkpoint dir,
+        version): what the replicas must serve before the first rollout, for a resumed run whose replicas
+        started from the init checkpoint."""
+        self.config, self.tokenizer, self.task_rows = config, tokenizer, task_rows
+        self.fleet_url, self.routed = fleet_url, routed
         self.registry, self.rank, self.weights = registry, rank, weights
         self.groups: queue.Queue[Group | None] = queue.Queue()  # None: generation failed
         self.loop = asyncio.new_event_loop()
-        self.router: EngineRouter | None = None
+        self.fleet: Fleet | None = None
         self._ready, self._failure = threading.Event(), None
         # Created here, used on the producer's loop (asyncio primitives bind to a loop on first use).
         self._stop_event = asyncio.Event()
@@ -72,11 +75,11 @@ class RolloutProducer:
         return group
 
     def push_weights(self, checkpoint_dir: str, version: int) -> None:
-        asyncio.run_coroutine_threadsafe(self.router.update_weights(checkpoint_dir, str(version)), self.loop).result()
+        asyncio.run_coroutine_threadsafe(self.fleet.update_weights(checkpoint_dir, str(version)), self.loop).result()
 
     def replica_stats(self) -> dict:
-        return {"load": self.router.load(), "requests": dict(self.router.requests), "retries": self.router.retries,
-                "removals": self.router.removals}
+        return {"load": self.fleet.load(), "requests": dict(self.fleet.requests), "retries": self.fleet.retries,
+                "removals": self.fleet.removals, "readmissions": self.fleet.readmissions}
 
     def stop(self) -> None:
         if self._thread.is_alive():
@@ -95,13 +98,13 @@ class RolloutProducer:
     async def _produce(self) -> None:
         config = self.config
         self.registry.bind(self.loop)
-        async with EngineRouter(self.engine_urls) as router:
-            self.router = router
+        async with Fleet(self.fleet_url, routed=self.routed) as fleet:
+            self.fleet = fleet
             if self.weights is not None:
                 checkpoint_dir, version = self.weights
-                await router.update_weights(checkpoint_dir, str(version))
+                await fleet.update_weights(checkpoint_dir, str(version))
             await self.registry.wait_registered(list(config.tasks), timeout_s=120)
-            orchestrator = Orchestrator(self.registry, router, self.tokenizer, config.sampling.params(), config.episode)
+            orchestrator = Orchestrator(self.registry, fleet, self.tokenizer, config.sampling.params(), config.episode)
             self._ready.set()
             running: set[asyncio.Task] = set()
             index = 0

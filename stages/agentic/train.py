@@ -17,11 +17,12 @@ from contextlib import ExitStack
 import torch
 
 from model.presets import load_model
-from rollout.process import EngineProcess
+from rollout.process import EngineProcess, RouterProcess
 from rollout.task_services import TaskServices
 from stages.agentic.config import AgenticRlConfig
 from stages.agentic.data import agent_task_rows
-from stages.agentic.loss import ImportanceSettings, centred_advantages, direct_is_loss
+from stages.agentic.importance import ImportanceSettings
+from stages.agentic.loss import centred_advantages, direct_is_loss
 from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.finite import FiniteSteps
@@ -34,8 +35,8 @@ from stages.common.training_engine import peak_memory_mb, step_shape
 
 def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     dist, events, workdir = stage.dist, stage.events, stage.workdir
-    if dist.world_size > 1 and not config.engine_urls:
-        raise ValueError("with several trainer ranks, give engine_urls: the ranks share the engine replicas")
+    if dist.world_size > 1 and not (config.engine_urls or config.router_url):
+        raise ValueError("with several trainer ranks, give engine_urls or router_url: the ranks share the engine replicas")
     tokenizer = stage.tokenizer()
     task_rows = agent_task_rows(load_split(stage.datasets, "train", workdir), list(config.tasks), config.data_seed)
     events.emit("data", **{f"{task}_prompts": len(rows) for task, rows in task_rows.items()})
@@ -85,10 +86,11 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
 
 def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs, engine, tokenizer, task_rows,
                    start_step: int, version: int) -> RolloutProducer:
-    """Engine replicas (unless `engine_urls`), the task services and the producer playing groups on them,
-    all stopped when `stack` closes; a resumed run's weights reach the replicas first."""
+    """Engine replicas (unless `engine_urls` or `router_url`) behind SGLang's router (unless there is only
+    one), the task services and the producer playing groups on them, all stopped when `stack` closes; a
+    resumed run's weights reach the replicas first."""
     dist, workdir = stage.dist, stage.workdir
-    replicas = [] if config.engine_urls else [
+    replicas = [] if config.engine_urls or config.router_url else [
         _launch(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log", seed=config.seed * 100 + i,
                                     weights_dirs=[weights_push_dir(workdir)], precision=config.compute.precision))
         for i in range(config.replicas)
@@ -97,10 +99,17 @@ def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs
         config.tasks, workdir, concurrency=config.concurrency, latency_median_s=config.env_latency_median_s,
         latency_sigma=config.env_latency_sigma))
     urls = config.engine_urls or [replica.wait_ready().base_url for replica in replicas]
+    if config.router_url:
+        fleet_url, routed = config.router_url, True
+    elif len(urls) > 1:
+        fleet_url, routed = stack.enter_context(RouterProcess(urls, workdir / "router.log")), True
+    else:
+        fleet_url, routed = urls[0], False
     weights = None
     if start_step:  # the replicas started from the init checkpoint
         weights = (push_weights(engine, workdir, version, dist.is_main, deliver=None), version)
-    producer = RolloutProducer(config, tokenizer, task_rows, urls, services.registry, dist.rank, start_step, weights)
+    producer = RolloutProducer(config, tokenizer, task_rows, fleet_url, routed, services.registry, dist.rank,
+                               start_step, weights)
     stack.callback(producer.stop)
     producer.start()
     producer.wait_ready(timeout_s=120)

@@ -18,7 +18,7 @@ from pydantic.json_schema import SkipJsonSchema
 from data_contracts import CHAT_V1
 from data_contracts.contract import Contract
 from infra.launchers import LaunchSettings, LocalLaunch
-from model.device import Precision
+from model.precision import Precision
 from rollout.protocol import SamplingParams
 from stages.common.recipe import STRICT
 
@@ -132,6 +132,12 @@ class ComputeSettings(BaseModel):
     activation_checkpointing: bool = Field(False, description="recompute each layer's activations in backward")
     offload_optimizer: bool = Field(False, description="keep optimizer state in CPU memory (ZeRO stage 1 or more)")
     lora: LoraSettings = LoraSettings()
+
+
+WeightSync = Literal["distributed", "disk"]
+WEIGHT_SYNC_HELP = ("how the trainer's weights reach its engine after each step: distributed (SGLang's "
+                    "update_weights_from_distributed: a gloo/NCCL broadcast, nothing written) or disk (a Hugging "
+                    "Face directory the engine loads: for engines that cannot join a group)")
 
 
 class SamplingSettings(BaseModel):

@@ -6,17 +6,20 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
 import torch
 
+from infra.ports import free_port
 from model.dsa import install_dsa_indexers, set_dense_attention
 from rollout.client import EngineClient
 from rollout.process import EngineProcess
-from stages.common.config import ComputeSettings, OptimizerSettings
+from rollout.weight_sync import DistributedWeightPush, address_reachable_from
+from stages.common.config import ComputeSettings, OptimizerSettings, WeightSync
 from stages.common.distributed import Dist, barrier
-from stages.common.hf_weights import save_hf
+from stages.common.hf_weights import gathered, merged_lora_state_dict, save_hf
 from stages.common.training_engine import StepShape, adapt_model, deepspeed_engine
 
 
@@ -71,9 +74,16 @@ def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Ca
     return str(target)
 
 
-def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, start_step: int) -> EngineClient:
+@dataclass(frozen=True)
+class PolicyEngine:
+    client: EngineClient
+    push: Callable[[int], None]  # the trainer's current weights to the engine, as this weight version
+
+
+def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, start_step: int) -> PolicyEngine:
     """The rollout engine of the policy being trained — `config.engine_url`, or one started here on the
-    init checkpoint until `stack` closes — serving the trainer's weights at `start_step`."""
+    init checkpoint until `stack` closes — serving the trainer's weights at `start_step`, and how the
+    trainer's weights reach it (`config.weight_sync`)."""
     if config.engine_url:
         client = EngineClient(config.engine_url)
         client.wait_until_healthy(30)
@@ -82,8 +92,30 @@ def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, s
                                                    seed=config.seed * 1000 + dist.rank,
                                                    weights_dirs=[weights_push_dir(workdir)],
                                                    precision=config.compute.precision))
+    push = weight_pusher(stack, config.weight_sync, engine, client, workdir, dist)
     if start_step:  # the engine serves the init checkpoint: give it the resumed weights
-        push_weights(engine, workdir, start_step, dist.is_main, lambda path: client.update_weights(path, str(start_step)))
+        push(start_step)
     elif config.engine_url:  # an engine we did not start may serve anything
         client.update_weights(config.init_checkpoint, weight_version="0")
-    return client
+    return PolicyEngine(client, push)
+
+
+def weight_pusher(stack: ExitStack, sync: WeightSync, engine, client: EngineClient, workdir: Path,
+                  dist: Dist) -> Callable[[int], None]:
+    """`push(version)`: every rank's engine serves the trainer's current weights (ZeRO-3's gathered, LoRA's
+    merged) as `version` before any rank goes on. Distributed: each rank broadcasts them to its own engine
+    over a group of the two (gloo on CPUs, NCCL on GPUs). Disk: rank 0 writes them, every engine loads them."""
+    if sync == "disk":
+        return lambda version: push_weights(engine, workdir, version, dist.is_main,
+                                            lambda path: client.update_weights(path, str(version)))
+    group = DistributedWeightPush([client.base_url], backend="nccl" if torch.cuda.is_available() else "gloo",
+                                  master_address=address_reachable_from(client.base_url), master_port=free_port())
+    stack.callback(group.close)
+
+    def push(version: int) -> None:
+        with gathered(engine.module):
+            state = merged_lora_state_dict(engine.module) or engine.module.state_dict()
+            group.push(state.items(), str(version))
+        barrier()
+
+    return push

@@ -9,9 +9,16 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from data_contracts import CHAT_V1, PROMPT_V1
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.config import check_tasks
-from stages.common.config import ComputeSettings, OptimizerSettings, SamplingSettings, StageIO
+from stages.common.config import (
+    WEIGHT_SYNC_HELP,
+    ComputeSettings,
+    OptimizerSettings,
+    SamplingSettings,
+    StageIO,
+    WeightSync,
+)
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
-from stages.grpo.loss import IcePopSettings
+from stages.grpo.icepop import IcePopSettings
 
 # The stages whose final checkpoints teach, and so how their domain is evaluated (flows/distill.py).
 TeacherSource = Literal["reasoning_rl", "agentic_rl", "general_rl"]
@@ -49,6 +56,7 @@ class DistillRecipe(BaseModel):
     objective: IcePopSettings = IcePopSettings()
     episode: EpisodeSettings = Field(EpisodeSettings(), description="turns and context management of the agent episodes")
     engine_url: str | None = Field(None, description="A running engine for the student; default: start one here.")
+    weight_sync: WeightSync = Field("distributed", description=WEIGHT_SYNC_HELP)
     checkpoint_every: int = Field(20, ge=1)
 
     _stage_defaults = STAGE_DEFAULTS

@@ -33,7 +33,7 @@ from stages.common.config import per_rank
 from stages.common.distributed import Dist, all_mean, rank_share
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, stage_main
-from stages.common.policy import policy_engine, push_weights, rl_training_engine
+from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, padded_batch
 from stages.common.training_engine import peak_memory_mb, step_shape
@@ -42,7 +42,8 @@ from stages.distill.data import AgentEpisode, draw_prompts, teacher_prompts
 from stages.distill.loss import distill_advantages, response_aligned, reverse_kl_by_teacher
 from stages.distill.rows import StudentRow, episode_rows, sample_rows
 from stages.distill.teachers import teacher_engines, teacher_logprobs
-from stages.grpo.loss import IcePopSettings, grpo_icepop_loss
+from stages.grpo.icepop import IcePopSettings
+from stages.grpo.loss import grpo_icepop_loss
 
 
 def train(config: DistillConfig, stage: StageInputs) -> str:
@@ -74,7 +75,7 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
 
             started = time.monotonic()
             sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
-            rows, episodes = student_rows(student, step_prompts, sampling, services, tokenizer, config,
+            rows, episodes = student_rows(student.client, step_prompts, sampling, services, tokenizer, config,
                                           f"s{step + 1}-r{dist.rank}")
             rollout_s = time.monotonic() - started
             started = time.monotonic()
@@ -89,8 +90,7 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
             trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite,
                                   step + 1, distill_loss_of(logp_teacher, config.objective), mean_over="sequences")
             train_s = time.monotonic() - started
-            push_weights(engine, workdir, step + 1, dist.is_main,
-                         lambda path, version=str(step + 1): student.update_weights(path, version))
+            student.push(step + 1)
 
             kl = reverse_kl_by_teacher(logp_teacher, trained.logp_old, batch.response_mask, [r.teacher for r in rows],
                                        list(shares))

@@ -8,7 +8,7 @@ verdict; an episode whose environment failed is counted apart, never as a model 
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,24 +16,16 @@ from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
 from rollout.client import EngineClient
 from rollout.episodes import play_episodes
-from rollout.orchestrator import EpisodeSettings, RolloutResult, RolloutSpec
+from rollout.orchestrator import RolloutResult, RolloutSpec
 from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from rollout.task_services import TaskServices
 from stages.agentic.data import agent_task_rows
 from stages.common.inputs import load_split
 from stages.evaluation.committed import committed_eval
+from stages.evaluation.settings import AgenticEvalSettings
 
 MODE = "engine"
-
-
-@dataclass(frozen=True)
-class AgenticEvalSettings:
-    episodes_per_task: int = 100
-    temperature: float = 0.0
-    max_new_tokens: int = 64
-    episode: EpisodeSettings = field(default_factory=EpisodeSettings)
-    seed: int = 0  # the seed the suites were prepared with
 
 
 def evaluate_agentic(store: ArtifactStore, checkpoint_uri: str, dataset_uris: list[str], tasks: list[str],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,19 +26,8 @@ from stages.evaluation.evaluate import SUITES as EVALUATED_SUITES
 from stages.evaluation.evaluate import evaluate
 from stages.evaluation.generation import greedy_generator
 from stages.evaluation.report import eval_rows
+from stages.evaluation.settings import EvalSettings
 from suites.prepare import SUITES as EMBEDDED_SUITES
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    limit_per_suite: int = 200
-    # Search episodes are several generations each: a smaller cap keeps evaluation short.
-    search_episodes: int | None = None
-    batch_size: int = 64
-    max_new_tokens: int = 96
-    # A search episode's turn budget: the reference trajectories take 4 or 5 turns.
-    max_turns: int = 6
-    seed: int = 0  # the seed the suites were prepared with
 
 
 def evaluate_checkpoint(

@@ -8,7 +8,7 @@ stage's reward modules (`reward/<name>`), averaged over the samples each scores.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,16 +23,10 @@ from stages.common.inputs import load_split
 from stages.common.prompts import general_prompts
 from stages.evaluation.committed import committed_eval
 from stages.evaluation.reward_means import reward_means
+from stages.evaluation.settings import GeneralEvalSettings
 from stages.grpo.config import RewardSpec
 
 MODE = "engine"
-
-
-@dataclass(frozen=True)
-class GeneralEvalSettings:
-    prompts_per_dataset: int = 200
-    max_new_tokens: int = 64
-    seed: int = 0
 
 
 def evaluate_general(store: ArtifactStore, checkpoint_uri: str, dataset_uris: list[str], rewards: list[RewardSpec],

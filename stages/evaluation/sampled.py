@@ -6,7 +6,7 @@ Reasoning RL's yardstick: greedy accuracy and the mean over k samples at the tra
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,17 +17,9 @@ from stages.common.inputs import load_split
 from stages.common.prompts import parse_prompts, prompt_contract
 from stages.evaluation.committed import committed_eval
 from stages.evaluation.sampled_accuracy import VERIFIERS, sampled_accuracy
+from stages.evaluation.settings import SampledEvalSettings
 
 MODE = "engine"  # how these metrics are keyed in the eval record (the SFT eval's are "sparse"/"dense")
-
-
-@dataclass(frozen=True)
-class SampledEvalSettings:
-    prompts: int = 1000
-    samples_per_prompt: int = 4
-    temperature: float = 1.0
-    max_new_tokens: int = 64
-    seed: int = 0
 
 
 def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, dataset_uri: str,

@@ -9,9 +9,16 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
 from rewards.loading import RewardModuleError, resolve_reward_target
-from stages.common.config import ComputeSettings, OptimizerSettings, SamplingSettings, StageIO
+from stages.common.config import (
+    WEIGHT_SYNC_HELP,
+    ComputeSettings,
+    OptimizerSettings,
+    SamplingSettings,
+    StageIO,
+    WeightSync,
+)
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
-from stages.grpo.loss import IcePopSettings
+from stages.grpo.icepop import IcePopSettings
 
 
 class RewardSpec(BaseModel):
@@ -74,6 +81,7 @@ class GrpoRecipe(BaseModel):
     frozen: list[str] = Field(default_factory=list, description="globs of parameter names RL leaves as they are, "
                                                                  "e.g. '*.mlp.gate.weight' (the MoE routers)")
     engine_url: str | None = Field(None, description="A running engine (ours or SGLang); default: start one here.")
+    weight_sync: WeightSync = Field("distributed", description=WEIGHT_SYNC_HELP)
     checkpoint_every: int = Field(20, ge=1)
 
     _stage_defaults = STAGE_DEFAULTS

@@ -23,14 +23,15 @@ from stages.common.config import per_rank
 from stages.common.distributed import Dist, all_mean, rank_share
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs
-from stages.common.policy import policy_engine, push_weights, rl_training_engine
+from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.prompts import RlPrompt
 from stages.common.rl_batches import TrainBatch, train_batch
 from stages.common.training_engine import peak_memory_mb, step_shape
 from stages.grpo.anchors import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
 from stages.grpo.config import AnchorSettings, GeneralRlConfig, GrpoRecipe, ReasoningRlConfig
-from stages.grpo.loss import IcePopSettings, group_advantages, grpo_icepop_loss, zero_signal_groups
+from stages.grpo.icepop import IcePopSettings
+from stages.grpo.loss import group_advantages, grpo_icepop_loss, zero_signal_groups
 from stages.grpo.rewards import WeightedReward, group_rewards, informative_groups
 
 
@@ -52,7 +53,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
     with ExitStack() as stack:
-        client = policy_engine(stack, config, engine, workdir, dist, start_step)
+        policy = policy_engine(stack, config, engine, workdir, dist, start_step)
         for step in range(start_step, config.max_steps):
             rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
             drawn = share * config.oversample  # this rank's prompts; `share` of them are trained on
@@ -61,7 +62,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             started = time.monotonic()
             # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
             sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
-            samples = client.generate(policy_requests(step_prompts, config.group_size, anchors_on), sampling)
+            samples = policy.client.generate(policy_requests(step_prompts, config.group_size, anchors_on), sampling)
             if anchors_on:
                 samples = with_anchor_members(step_prompts, samples, config.group_size, tokenizer)
             rollout_s = time.monotonic() - started
@@ -84,8 +85,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite,
                                   step + 1, loss_of, mean_over="sequences")
             train_s = time.monotonic() - started
-            push_weights(engine, workdir, step + 1, dist.is_main,
-                         lambda path, version=str(step + 1): client.update_weights(path, version))
+            policy.push(step + 1)
 
             checkpointer.end_of_step({
                 "step": step + 1, "loss": all_mean(trained.loss), "lr": engine.get_lr()[0],

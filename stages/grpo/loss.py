@@ -11,18 +11,8 @@ tokens on which training and inference disagree that much carry no signal.
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, Field
 
-from stages.common.recipe import STRICT
-
-
-class IcePopSettings(BaseModel):
-    """The Eq. 1 objective's trust region (SPEC): IcePop's band on π_train/π_infer and the PPO clip."""
-
-    model_config = STRICT
-    beta: float = Field(2.0, gt=1, description="IcePop band: 1/β ≤ π_train/π_infer ≤ β")
-    eps_low: float = Field(0.2, ge=0)
-    eps_high: float = Field(0.28, ge=0)
+from stages.grpo.icepop import IcePopSettings
 
 
 def group_advantages(rewards: torch.Tensor) -> torch.Tensor:

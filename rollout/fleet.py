@@ -1,0 +1,148 @@
+"""Engine replicas behind SGLang's router, as the rollouts of a stage use them.
+
+Every turn of one rollout carries the rollout's id as SGLang's routing key, so the router's consistent
+hashing keeps the rollout on one replica. A turn that fails (the replica died, the router answered 5xx
+before its health check noticed) is asked again after a short backoff: the router's health check takes
+the dead replica out and the key hashes onto a live one. A rollout is therefore never lost with its
+replica, nor run twice: its earlier turns are kept, only the failed turn is asked again.
+
+The router does not forward weight updates, so `update_weights` pushes them to every worker the router
+lists (`GET /workers`) and checks the version each one answers with. A worker that fails its update is
+taken out of the router; one the router already saw unhealthy is taken out too and, once it answers
+again, given the current weights before it is put back: no replica serves stale weights after a push.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+import httpx
+
+from rollout.auth import bearer_headers
+from rollout.client import EngineRequestError, EngineUnavailableError, Sample, generate_payload, samples_from_answer
+from rollout.protocol import ENGINE_HEADER, SamplingParams
+from rollout.router import ROUTING_KEY_HEADER
+
+log = logging.getLogger("rollout.fleet")
+
+# Statuses that say the request is at fault, not the replica: asking again would get the same answer.
+REQUEST_FAULTS = frozenset(range(400, 500)) - {408, 429}
+
+
+@dataclass(frozen=True)
+class Worker:
+    id: str
+    url: str
+    healthy: bool
+
+
+class Fleet:
+    def __init__(self, url: str, *, routed: bool = True, max_attempts: int = 8, backoff_s: float = 0.5,
+                 request_timeout_s: float = 600.0):
+        """`url`: SGLang's router, or (`routed=False`) the one engine of a fleet of one, which needs no router."""
+        self.router_url, self.routed = url.rstrip("/"), routed
+        self.max_attempts, self.backoff_s = max_attempts, backoff_s
+        self.client = httpx.AsyncClient(timeout=request_timeout_s, headers=bearer_headers())
+        self.weights: tuple[str, str] | None = None  # (checkpoint, version) every listed worker serves
+        self.parked: list[str] = []  # workers taken out of the router, put back once they serve the weights
+        self.requests: Counter[str] = Counter()  # turns answered, by replica
+        self.served_by: dict[str, list[str]] = {}  # in-flight rollout → the replica that answered each turn
+        self.retries = self.removals = self.readmissions = 0
+
+    async def __aenter__(self) -> Fleet:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.client.aclose()
+
+    async def generate(self, rollout_id: str, input_ids: list[int], sampling: SamplingParams) -> Sample:
+        """One turn of one rollout, on the rollout's replica; asked again if it fails there."""
+        last_error = ""
+        for attempt in range(self.max_attempts):
+            if attempt:
+                self.retries += 1
+                log.warning("rollout %s: asking again (attempt %d) after %s", rollout_id, attempt + 1, last_error)
+                await asyncio.sleep(self.backoff_s * 2 ** min(attempt - 1, 4))
+            try:
+                response = await self.client.post(f"{self.router_url}/generate", json=generate_payload([input_ids], sampling),
+                                                  headers={ROUTING_KEY_HEADER: rollout_id})
+            except httpx.TransportError as error:
+                last_error = f"the router is unreachable: {error!r}"
+                continue
+            if response.status_code == 200:
+                replica = response.headers.get(ENGINE_HEADER, "unknown")
+                self.requests[replica] += 1
+                self.served_by.setdefault(rollout_id, []).append(replica)
+                return samples_from_answer(replica, [input_ids], response.json())[0]
+            if response.status_code in REQUEST_FAULTS:
+                raise EngineRequestError(f"{self.router_url}/generate answered {response.status_code}: {response.text}")
+            last_error = f"answered {response.status_code}: {response.text[:200]}"
+        raise EngineUnavailableError(f"rollout {rollout_id}: no replica answered in {self.max_attempts} attempts: {last_error}")
+
+    def finish(self, rollout_id: str) -> list[str]:
+        """The rollout is over. Returns the replica of each of its turns."""
+        return self.served_by.pop(rollout_id, [])
+
+    def load(self) -> dict[str, int]:
+        """In-flight rollouts by the replica of their latest turn."""
+        return dict(Counter(replicas[-1] for replicas in self.served_by.values() if replicas))
+
+    async def workers(self) -> list[Worker]:
+        if not self.routed:
+            return [Worker(self.router_url, self.router_url, healthy=True)]
+        response = await self.client.get(f"{self.router_url}/workers")
+        response.raise_for_status()
+        return [Worker(w["id"], w["url"], w["is_healthy"]) for w in response.json()["workers"]]
+
+    async def update_weights(self, checkpoint: str, version: str) -> None:
+        """Every worker the router lists serves `checkpoint` as `version`, or is taken out of the router."""
+        self.weights = (checkpoint, version)
+        for worker in await self.workers():
+            if not worker.healthy:
+                await self._remove(worker, "unhealthy at a weight update", park=True)
+                continue
+            problem = await self._load(worker.url)
+            if problem:
+                await self._remove(worker, f"weight update failed: {problem}", park=False)
+        await self._readmit_parked()
+
+    async def _load(self, url: str) -> str | None:
+        """None once the worker serves the current weights; else why not."""
+        checkpoint, version = self.weights
+        try:
+            response = await self.client.post(f"{url}/update_weights_from_disk",
+                                              json={"model_path": checkpoint, "weight_version": version})
+        except httpx.TransportError as error:
+            return repr(error)
+        if response.status_code != 200:
+            return f"answered {response.status_code}: {response.text[:200]}"
+        served = response.json().get("weight_version")
+        return None if served == version else f"serves weight version {served!r}, not {version!r}"
+
+    async def _remove(self, worker: Worker, reason: str, park: bool) -> None:
+        if not self.routed:
+            raise EngineUnavailableError(f"the only engine, {worker.url}, is {reason}")
+        response = await self.client.delete(f"{self.router_url}/workers/{worker.id}")
+        if response.status_code >= 300:
+            raise EngineUnavailableError(f"the router would not remove {worker.url}: {response.status_code} {response.text}")
+        self.removals += 1
+        if park:
+            self.parked.append(worker.url)
+        log.warning("took %s out of the router (%s)", worker.url, reason)
+
+    async def _readmit_parked(self) -> None:
+        for url in list(self.parked):
+            try:
+                healthy = (await self.client.get(f"{url}/health", timeout=5)).status_code == 200
+            except httpx.TransportError:
+                continue
+            if not healthy or await self._load(url):
+                continue
+            response = await self.client.post(f"{self.router_url}/workers", json={"url": url})
+            if response.status_code < 300:
+                self.parked.remove(url)
+                self.readmissions += 1
+                log.warning("put %s back into the router with weights %s", url, self.weights[1])

@@ -1,0 +1,148 @@
+"""Weights from a trainer to its engines without the disk: SGLang's distributed weight update.
+
+The trainer asks every engine to join a torch.distributed group with it (`POST /init_weights_update_group`:
+the trainer is rank 0, engine i is rank `rank_offset` = i + 1), then for each push tells them the names,
+dtypes and shapes it is about to send (`POST /update_weights_from_distributed`) and broadcasts the tensors
+in that order; each engine receives them straight into its parameters. gloo on CPUs, NCCL on GPUs; the
+request shapes are SGLang's (srt/managers/io_struct.py), so the same trainer code drives SGLang servers.
+
+The group is its own process group over its own TCP store, apart from the trainer's DeepSpeed group: the
+engines never join the trainer's collectives, and a trainer rank can hold one group per engine fleet.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+import requests
+import torch
+import torch.distributed as dist
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollout.auth import bearer_headers
+
+log = logging.getLogger("rollout.weight_sync")
+
+GROUP_NAME = "weight_update_group"  # SGLang's default
+
+
+class InitWeightsUpdateGroup(BaseModel):
+    """SGLang's InitWeightsUpdateGroupReqInput."""
+
+    model_config = ConfigDict(extra="ignore")
+    master_address: str
+    master_port: int = Field(ge=1, le=65535)
+    rank_offset: int = Field(ge=1)
+    world_size: int = Field(ge=2)
+    group_name: str = GROUP_NAME
+    backend: str = "nccl"
+
+
+class UpdateWeightsFromDistributed(BaseModel):
+    """SGLang's UpdateWeightsFromDistributedReqInput (the fields a dense model's update uses)."""
+
+    model_config = ConfigDict(extra="ignore")
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[list[int]]
+    group_name: str = GROUP_NAME
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+    load_format: str | None = None
+
+
+def join_group(backend: str, master_address: str, master_port: int, rank: int, world_size: int,
+               timeout_s: float = 300.0) -> dist.ProcessGroup:
+    """A process group of its own (not torch.distributed's default one); rank 0 hosts its TCP store."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0, timeout=timeout)
+    if backend == "gloo":
+        return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+    if backend == "nccl":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, world_size, options)
+    raise ValueError(f"backend: {backend!r}; give gloo or nccl")
+
+
+def address_reachable_from(engine_url: str) -> str:
+    """The address an engine at `engine_url` reaches this machine at: loopback for an engine on it, else
+    this host's name as the network resolves it."""
+    host = urlsplit(engine_url).hostname or ""
+    if host in ("localhost", "::1") or host.startswith("127."):
+        return "127.0.0.1"
+    return socket.gethostbyname(socket.getfqdn())
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def receive_into(group: dist.ProcessGroup, request: UpdateWeightsFromDistributed, targets: dict[str, torch.Tensor]) -> None:
+    """An engine's side of one push: every listed tensor received from rank 0 and copied into its target."""
+    unknown = [name for name in request.names if name not in targets]
+    if unknown:
+        raise KeyError(f"names: {', '.join(unknown[:3])} not in the served model")
+    for name, dtype, shape in zip(request.names, request.dtypes, request.shapes, strict=True):
+        target = targets[name]
+        if list(target.shape) != shape:
+            raise ValueError(f"{name}: shape {shape}, the served model's is {list(target.shape)}")
+        incoming_dtype = getattr(torch, dtype)
+        if incoming_dtype == target.dtype and target.is_contiguous():
+            group.broadcast(target, 0).wait()  # in place
+        else:
+            incoming = torch.empty(shape, dtype=incoming_dtype, device=target.device)
+            group.broadcast(incoming, 0).wait()
+            target.copy_(incoming)
+
+
+class DistributedWeightPush:
+    """The trainer's side: one group with `engine_urls`, and a push of named tensors to all of them at once."""
+
+    def __init__(self, engine_urls: list[str], *, backend: str, master_address: str, master_port: int,
+                 timeout_s: float = 300.0):
+        self.engine_urls, self.timeout_s = list(engine_urls), timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(engine_urls)), thread_name_prefix="weight-push")
+        world_size = len(engine_urls) + 1
+        joins = [self._pool.submit(self._post, url, "/init_weights_update_group", InitWeightsUpdateGroup(
+            master_address=master_address, master_port=master_port, rank_offset=rank, world_size=world_size,
+            backend=backend).model_dump()) for rank, url in enumerate(self.engine_urls, start=1)]
+        try:
+            self.group = join_group(backend, master_address, master_port, 0, world_size, timeout_s)
+        finally:
+            answers = [join.result() for join in joins]
+        failed = [(url, answer) for url, answer in zip(self.engine_urls, answers, strict=True) if not answer.get("success")]
+        if failed:
+            raise RuntimeError(f"{failed[0][0]} did not join the weight update group: {failed[0][1].get('message')}")
+
+    def push(self, tensors: Iterable[tuple[str, torch.Tensor]], version: str) -> None:
+        """Every engine serves `tensors` (by the served model's parameter names) as weight `version`."""
+        named = [(name, tensor.detach().contiguous()) for name, tensor in tensors]
+        request = UpdateWeightsFromDistributed(names=[n for n, _ in named], dtypes=[dtype_name(t.dtype) for _, t in named],
+                                               shapes=[list(t.shape) for _, t in named], weight_version=version)
+        answers = [self._pool.submit(self._post, url, "/update_weights_from_distributed", request.model_dump())
+                   for url in self.engine_urls]
+        for _, tensor in named:
+            self.group.broadcast(tensor, 0).wait()
+        for url, answer in zip(self.engine_urls, (a.result() for a in answers), strict=True):
+            if not answer.get("success") or answer.get("weight_version") != version:
+                raise RuntimeError(f"{url}: weight update to version {version} failed: {answer.get('message')}")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _post(self, url: str, path: str, body: dict) -> dict:
+        response = requests.post(f"{url}{path}", json=body, timeout=self.timeout_s, headers=bearer_headers())
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {}
+        if response.status_code != 200:
+            return {"success": False, "message": f"answered {response.status_code}: {answer.get('detail', response.text)}"}
+        return answer
