@@ -4,7 +4,9 @@ Both run in this process, alternating, on one freshly initialised checkpoint (`-
 device (CUDA when present) and in the same precision (`--precision`; auto: bf16 on a GPU): greedy decoding of
 `--new-tokens` tokens for `--batch` random prompts of `--prompt-len` tokens, stop tokens ignored so
 every row decodes the same number of tokens. The engine is timed without HTTP (its `generate`), so
-the figure compares the decoding loops; the HTTP hop is measured separately as `engine_http`.
+the figure compares the decoding loops. The same engine served over HTTP (`rollout.server`, in its own
+process, warmed with one whole batch) is timed in the same alternation as `engine_http`, with logprobs
+returned; `http_hop_cost` is the share of in-process throughput the hop loses.
 
     .venv/bin/python bench/rollout_throughput.py [--batch 64 --prompt-len 48 --new-tokens 64 --rounds 3]
 """
@@ -68,25 +70,27 @@ def main() -> None:
                 out = reference.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
             return (out.shape[1] - ids.shape[1]) * out.shape[0]
 
-        timings = {"engine": [], "transformers_generate": []}
-        for _ in range(args.rounds):
-            for name, run in (("engine", run_engine), ("transformers_generate", run_generate)):
-                started = time.perf_counter()
-                tokens = run()
-                timings[name].append(tokens / (time.perf_counter() - started))
-
         with EngineProcess(str(checkpoint), Path(tmp) / "engine.log", precision=args.precision) as client:
-            client.generate(prompts[:2], request.sampling)  # warm-up
-            started = time.perf_counter()
-            samples = client.generate(prompts, request.sampling, return_logprob=True)
-            http = sum(len(s.output_ids) for s in samples) / (time.perf_counter() - started)
+            def run_http() -> int:
+                samples = client.generate(prompts, request.sampling, return_logprob=True)
+                return sum(len(s.output_ids) for s in samples)
+
+            run_http()  # warm-up: the served engine's first whole batch, as the in-process one gets below
+            timings = {"engine": [], "transformers_generate": [], "engine_http": []}
+            for _ in range(args.rounds):  # alternating, so a slower stretch of the machine hits all three
+                for name, run in (("engine", run_engine), ("transformers_generate", run_generate), ("engine_http", run_http)):
+                    started = time.perf_counter()
+                    tokens = run()
+                    timings[name].append(tokens / (time.perf_counter() - started))
 
     best = {name: max(values) for name, values in timings.items()}
     print(json.dumps({
         "engine_tokens_per_s": round(best["engine"], 1),
         "transformers_generate_tokens_per_s": round(best["transformers_generate"], 1),
         "ratio": round(best["engine"] / best["transformers_generate"], 3),
-        "engine_http_tokens_per_s": round(http, 1),
+        "engine_http_tokens_per_s": round(best["engine_http"], 1),
+        # What the HTTP hop costs: the share of in-process decode throughput lost by serving over HTTP.
+        "http_hop_cost": round(1 - best["engine_http"] / best["engine"], 3),
         "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
         "rounds": args.rounds, "threads": args.threads, "model": args.model,
         "device": "cuda" if torch.cuda.is_available() else "cpu", "precision": resolved_precision(args.precision),

@@ -66,9 +66,11 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             if anchors_on:
                 samples = with_anchor_members(step_prompts, samples, config.group_size, tokenizer)
             rollout_s = time.monotonic() - started
+            started = time.monotonic()
             rewards_by_group, reward_means, kept = group_rewards(
                 step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s
             )
+            reward_s = time.monotonic() - started
             zero_signal = zero_signal_groups(rewards_by_group) / len(step_prompts)
             reward_mean = float(rewards_by_group.mean())  # over every sampled group, trained or not
             chosen = informative_groups(rewards_by_group, kept, share)
@@ -85,7 +87,9 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite,
                                   step + 1, loss_of, mean_over="sequences")
             train_s = time.monotonic() - started
+            started = time.monotonic()
             policy.push(step + 1)
+            push_s = time.monotonic() - started
 
             checkpointer.end_of_step({
                 "step": step + 1, "loss": all_mean(trained.loss), "lr": engine.get_lr()[0],
@@ -95,6 +99,9 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 "zero_signal_group_fraction": all_mean(zero_signal),
                 "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
                 **sample_metrics(samples, is_anchor_member, batch, rollout_s, train_s, dist),
+                # Where the step's time went (bench/grpo_step.py reads them), averaged over ranks.
+                **{f"{part}_s": all_mean(value) for part, value in (("generate", rollout_s), ("reward", reward_s),
+                                                                   ("train", train_s), ("push", push_s))},
             })
     return checkpointer.finish()
 
