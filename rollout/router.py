@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from infra.lifetime import exit_with_owner
+from infra.lifetime import die_with_parent
 from rollout.auth import api_key
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="failed health checks in a row before a replica is taken out of rotation")
     parser.add_argument("--request-timeout-s", type=int, default=1800)
     args = parser.parse_args(argv)
-    exit_with_owner()
+    # The kernel's parent-death signal, not exit_with_owner's watcher thread: the router's Rust loop holds
+    # the interpreter while it serves, so a Python thread would never get to run; SIGTERM shuts it down.
+    die_with_parent()
     # Imported here: the router's Rust extension is large, and only this process needs it.
     from sglang_router.launch_router import launch_router
     from sglang_router.router_args import RouterArgs

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -57,12 +58,15 @@ class Stack:
     task services registered with an orchestrator registry."""
 
     def __init__(self, checkpoint, logs, replicas=2):
-        self.engines = [EngineProcess(checkpoint, logs / f"engine-{i}.log", seed=i) for i in range(replicas)]
+        # The checkpoint's folder is one the engines may load weight updates from.
+        self.engines = [EngineProcess(checkpoint, logs / f"engine-{i}.log", seed=i, weights_dirs=[Path(checkpoint).parent])
+                        for i in range(replicas)]
         for engine in self.engines:
             engine.launch()
         self.tasks = TaskServices({"search": 1.0, "calc": 1.0}, logs).start()
         for engine in self.engines:
             engine.wait_ready()
+        self.checkpoint = checkpoint
         self.proxy = UnavailableProxy(self.engines[-1].url).__enter__()
         self.worker_urls = [e.url for e in self.engines[:-1]] + [self.proxy.url]
         self.router = RouterProcess(self.worker_urls, logs / "router.log")
@@ -186,6 +190,54 @@ def test_a_replica_answering_503_for_a_while_is_skipped_and_rejoins(stack, token
     assert stack.workers()[stack.proxy.url] is True
     after, _ = asyncio.run(play_all(stack, tokenizer, specs(4, prefix="w")))  # the same keys as before it left
     assert any(behind_proxy in r.replicas for r in after) and stack.proxy.refused > 0
+
+
+def test_a_weight_update_reaches_every_worker_and_a_worker_that_fails_it_leaves_the_router(stack):
+    proxied = stack.proxy.url
+
+    async def update(version):
+        async with Fleet(stack.router_url) as fleet:
+            await fleet.update_weights(stack.checkpoint, version)
+            return fleet
+
+    fleet = asyncio.run(update("3"))
+    assert fleet.removals == 0 and all(health(e.url)["weight_version"] == "3" for e in stack.engines)
+
+    stack.proxy.unavailable.set()  # it fails the next update before the router's health check notices
+    fleet = asyncio.run(update("4"))
+    assert fleet.removals == 1 and proxied not in stack.workers() and fleet.parked == []
+    assert health(stack.engines[0].url)["weight_version"] == "4"
+
+    # A worker the router already saw unhealthy is parked at a push, and put back with the weights once it answers.
+    stack.proxy.unavailable.clear()
+    requests.post(f"{stack.router_url}/workers", json={"url": proxied}, timeout=10)
+    wait_until(lambda: stack.workers().get(proxied) is True)
+    stack.proxy.unavailable.set()
+    wait_until(lambda: stack.workers().get(proxied) is False)
+
+    async def park_then_readmit():
+        async with Fleet(stack.router_url) as fleet:
+            await fleet.update_weights(stack.checkpoint, "5")
+            parked = list(fleet.parked)
+            stack.proxy.unavailable.clear()
+            await fleet.update_weights(stack.checkpoint, "6")
+            return fleet, parked
+
+    fleet, parked = asyncio.run(park_then_readmit())
+    assert parked == [proxied] and fleet.readmissions == 1 and fleet.parked == []
+    wait_until(lambda: stack.workers().get(proxied) is True)
+    assert [health(e.url)["weight_version"] for e in stack.engines] == ["6", "6"]
+
+
+def wait_until(condition, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def health(url: str) -> dict:
+    return requests.get(f"{url}/health", timeout=10).json()
 
 
 def router_metric(stack, name: str) -> float:

@@ -3,6 +3,10 @@ responses are checked against SGLang's own contract types (sglang.api.v1.api_typ
 real sglang-router."""
 
 import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -127,3 +131,26 @@ def test_the_engine_serves_behind_sglangs_router_with_the_fields_it_adds(router_
     sample, replicas = asyncio.run(one_turn())
     assert len(sample.output_ids) <= 3 and len(sample.output_logprobs) == len(sample.output_ids)
     assert replicas == [engine_url]
+
+
+OWNER = """
+import sys, time
+from pathlib import Path
+from rollout.process import RouterProcess
+router = RouterProcess(["http://127.0.0.1:9"], Path(sys.argv[1]))
+router.launch()
+print(router.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_router_dies_with_the_process_that_started_it(tmp_path):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path / "router.log")], stdout=subprocess.PIPE, text=True)
+    router = int(owner.stdout.readline())
+    time.sleep(2)  # the router is up and serving (its Rust loop holds the interpreter)
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 15
+    while Path(f"/proc/{router}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{router}").exists()
