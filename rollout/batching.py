@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from rollout.engine import Completion, Engine
@@ -23,8 +25,9 @@ class _Pending:
 
 
 class RequestBatcher:
-    def __init__(self, engine: Engine, max_prompts: int = 512):
-        self.engine, self.max_prompts = engine, max_prompts
+    def __init__(self, engine: Engine, run: Callable[..., Future], max_prompts: int = 512):
+        """`run(fn, *args)`: where the engine computes (rollout/main_thread.py), as a future."""
+        self.engine, self.run, self.max_prompts = engine, run, max_prompts
         self._queue: asyncio.Queue[_Pending] | None = None
         self._worker: asyncio.Task | None = None
 
@@ -52,7 +55,7 @@ class RequestBatcher:
         merged = UniformBatch([p for g in group for p in g.batch.prompts], first.sampling, first.return_logprob,
                               first.logprob_start_len)
         try:
-            completions, version = await asyncio.to_thread(self.engine.generate, merged)
+            completions, version = await asyncio.wrap_future(self.run(self.engine.generate, merged))
         except ValueError:  # one bad request must not fail the others: name it alone
             for pending in group:
                 await self._serve_alone(pending)
@@ -65,7 +68,7 @@ class RequestBatcher:
 
     async def _serve_alone(self, pending: _Pending) -> None:
         try:
-            pending.done.set_result(await asyncio.to_thread(self.engine.generate, pending.batch))
+            pending.done.set_result(await asyncio.wrap_future(self.run(self.engine.generate, pending.batch)))
         except Exception as error:  # the endpoint turns it into the right HTTP status
             pending.done.set_exception(error)
 

@@ -17,7 +17,10 @@ import logging
 import shutil
 import signal
 import tempfile
+import threading
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import get_args
 
@@ -33,6 +36,7 @@ from rollout.auth import API_KEY_ENV, api_key, require_api_key
 from rollout.batching import RequestBatcher
 from rollout.engine import Completion, Engine, PromptError
 from rollout.http_errors import install_validation_errors
+from rollout.main_thread import MainThreadRunner
 from rollout.protocol import (
     ENGINE_HEADER,
     GenerateOutput,
@@ -93,11 +97,12 @@ async def _answer(batcher: RequestBatcher, indices: list[int], batch: UniformBat
         raise PromptError(indices[error.index], error.reason) from error
 
 
-def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None, key: str | None = None,
-              weights_dirs: tuple[Path, ...] = (), advertised_url: str = "") -> FastAPI:
+def build_app(engine: Engine, run: Callable[..., Future], workdir: Path, limits: RequestLimits | None = None,
+              key: str | None = None, weights_dirs: tuple[Path, ...] = (), advertised_url: str = "") -> FastAPI:
+    """`run(fn, *args)`: where every computation on the engine happens (the main thread: main_thread.py)."""
     app = require_api_key(install_validation_errors(FastAPI(title="posttrain rollout engine")), key)
 
-    batcher = RequestBatcher(engine)
+    batcher = RequestBatcher(engine, run)
 
     # Async endpoints run on the event loop, not in the worker threads that blocked requests hold:
     # /health answers at once however many generations are queued (routers time replicas out on it).
@@ -149,7 +154,7 @@ def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None
         target = Path(tempfile.mkdtemp(dir=workdir))
         try:
             directory = local_checkpoint(request.model_path, target)
-            version = engine.update_weights(directory, request.weight_version)
+            version = run(engine.update_weights, directory, request.weight_version).result()
         except Exception as error:  # the old weights keep serving; the caller learns why
             shutil.rmtree(target, ignore_errors=True)
             log.exception("update_weights from %s failed", request.model_path)
@@ -184,8 +189,8 @@ def build_app(engine: Engine, workdir: Path, limits: RequestLimits | None = None
             raise HTTPException(status_code=400, detail=f"group_name: {request.group_name!r} was not initialised "
                                                         f"(POST /init_weights_update_group first)")
         try:
-            version = engine.update_weights_in_place(lambda served: receive_into(group, request, served),
-                                                     request.weight_version)
+            version = run(engine.update_weights_in_place, lambda served: receive_into(group, request, served),
+                          request.weight_version).result()
         except Exception as error:
             log.exception("update_weights_from_distributed failed")
             return {"success": False, "message": str(error)}
@@ -233,16 +238,24 @@ def main(argv: list[str] | None = None) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     if any(workdir.iterdir()):
         parser.error(f"--workdir {workdir} is not empty: the engine removes it when it exits")
-    # uvicorn re-raises the SIGTERM it shut down on once it is done; as an exception it unwinds through the
-    # `finally` below instead of ending the process where it stands.
+    # SIGTERM (and the owner's death, which sends it) becomes an exception on the main thread, where the
+    # engine runs: it unwinds through the `finally`s below instead of ending the process where it stands.
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed, precision=args.precision)
         limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens,
                                max_in_flight=args.max_in_flight)
-        app = build_app(engine, workdir, limits, args.api_key, tuple(args.weights_dir),
+        runner = MainThreadRunner()
+        app = build_app(engine, runner.submit, workdir, limits, args.api_key, tuple(args.weights_dir),
                         args.advertise_url or f"http://{args.host}:{args.port}")
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+        http = threading.Thread(target=server.run, name="http", daemon=True)
+        http.start()
+        try:
+            runner.run_while(http)  # the engine computes here, on the thread that loaded it
+        finally:
+            server.should_exit = True
+            http.join(timeout=10)
     finally:  # the downloads go with the engine (SIGTERM, Ctrl-C and its owner's death included)
         shutil.rmtree(workdir, ignore_errors=True)
 
