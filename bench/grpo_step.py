@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow.parquet as pq
 
@@ -49,8 +51,19 @@ def arith_prompts(store, checkpoint: str) -> str:
         return store.open(names[-1]).uri
 
 
-def run_ours(checkpoint: str, dataset: str, steps: int, threads: int, sync: str, tag: str) -> dict:
+def scratch_copy(store, uris: list[str], root: Path) -> list[str]:
+    """The artifacts at `uris` in `store` (a folder on this machine) copied into a store at `root`: a stage
+    reads its inputs from the store it writes to, and the bench writes nothing into the demo's."""
+    source = Path(urlsplit(store.root_uri).path)
+    names = [uri.removeprefix(store.root_uri).strip("/") for uri in uris]
+    for name in names:
+        shutil.copytree(source / name, root / name)
+    return [open_store(str(root)).open(name).uri for name in names]
+
+
+def run_ours(store, checkpoint: str, dataset: str, steps: int, threads: int, sync: str, tag: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="grpo-step-") as tmp:
+        checkpoint, dataset = scratch_copy(store, [checkpoint, dataset], Path(tmp) / "store")
         config = ReasoningRlConfig(
             run_id=f"bench-{tag}", store=str(Path(tmp) / "store"), init_checkpoint=checkpoint, datasets=[dataset],
             prompts_per_step=PROMPTS, group_size=GROUP, oversample=1, max_steps=steps, rewards=REWARDS,
@@ -78,18 +91,18 @@ def run_trl(checkpoint: str, dataset: str, steps: int, threads: int) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from data_contracts.conversation import messages_from_records
     from model.dsa import install_dsa_indexers, set_dense_attention
     from model.presets import load_model
     from model.tokenizer import load_tokenizer
     from rewards.loading import load_reward_module, score_batch
     from rewards.protocol import RewardSample
+    from stages.common.prompts import prompt_messages, reference_answer
 
     torch.set_num_threads(threads)
     modules = [(load_reward_module(r["path"]), r.get("weight", 1.0)) for r in REWARDS]
 
     def reward(prompts, completions, messages, reference, **_) -> list[float]:
-        samples = [RewardSample(tuple(messages_from_records(m)), c, r, {"thinking": True})
+        samples = [RewardSample(tuple(json.loads(m)), c, r, {"thinking": True})
                    for m, c, r in zip(messages, completions, reference, strict=True)]
         scores = [(score_batch(module, samples), weight) for module, weight in modules]
         return [sum(weight * (each[i] or 0.0) for each, weight in scores) for i in range(len(samples))]
@@ -108,10 +121,11 @@ def run_trl(checkpoint: str, dataset: str, steps: int, threads: int) -> dict:
         install_dsa_indexers(model)
         set_dense_attention(model, dense=False)  # served and trained sparse, as our stage does
         rows = pq.read_table(open_artifact(dataset).download(Path(tmp) / "data") / "train.parquet").to_pylist()
+        prompts = [(prompt_messages(r), reference_answer(r)) for r in rows]
         data = Dataset.from_list([{
-            "prompt": tokenizer.apply_chat_template(messages_from_records(r["messages"]), add_generation_prompt=True,
-                                                    enable_thinking=True, tokenize=False),
-            "messages": r["messages"], "reference": r["reference_answer"]} for r in rows])
+            "prompt": tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, enable_thinking=True,
+                                                    tokenize=False),
+            "messages": json.dumps(list(messages)), "reference": reference} for messages, reference in prompts])
         args = GRPOConfig(output_dir=tmp, per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
                           generation_batch_size=PROMPTS * GROUP, max_completion_length=NEW_TOKENS, max_steps=steps,
                           learning_rate=LR, warmup_steps=1, beta=0.0, temperature=1.0, logging_steps=1, report_to="none",
@@ -141,7 +155,7 @@ def main() -> None:
         with_trl = False
     ours, theirs = [], []
     for round_ in range(args.rounds):
-        ours.append(run_ours(checkpoint, dataset, args.steps, args.threads, args.weight_sync, f"{round_}-{time.time_ns()}"))
+        ours.append(run_ours(store, checkpoint, dataset, args.steps, args.threads, args.weight_sync, f"{round_}-{time.time_ns()}"))
         print(json.dumps({"round": round_, "ours": ours[-1]}), flush=True)
         if with_trl:
             theirs.append(run_trl(checkpoint, dataset, args.steps, args.threads))
