@@ -6,10 +6,11 @@ before its health check noticed) is asked again after a short backoff: the route
 the dead replica out and the key hashes onto a live one. A rollout is therefore never lost with its
 replica, nor run twice: its earlier turns are kept, only the failed turn is asked again.
 
-The router does not forward weight updates, so `update_weights` pushes them to every worker the router
-lists (`GET /workers`) and checks the version each one answers with. A worker that fails its update is
-taken out of the router; one the router already saw unhealthy is taken out too and, once it answers
-again, given the current weights before it is put back: no replica serves stale weights after a push.
+The router does not forward weight updates, so `update_weights` delivers them (from disk, or broadcast:
+rollout/weight_delivery.py) to every worker the router lists (`GET /workers`) and checks the version each
+one answers with. A worker that fails its update is taken out of the router; one the router already saw
+unhealthy is taken out too and, once it answers again, given the weights of a later push before it is put
+back: no replica serves stale weights after a push.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rollout.auth import bearer_headers
 from rollout.client import EngineRequestError, EngineUnavailableError, Sample, generate_payload, samples_from_answer
 from rollout.protocol import ENGINE_HEADER, SamplingParams
 from rollout.router import ROUTING_KEY_HEADER
+from rollout.weight_delivery import WeightDelivery
 
 log = logging.getLogger("rollout.fleet")
 
@@ -46,7 +48,7 @@ class Fleet:
         self.router_url, self.routed = url.rstrip("/"), routed
         self.max_attempts, self.backoff_s = max_attempts, backoff_s
         self.client = httpx.AsyncClient(timeout=request_timeout_s, headers=bearer_headers())
-        self.weights: tuple[str, str] | None = None  # (checkpoint, version) every listed worker serves
+        self.weight_version: str | None = None  # what every listed worker serves since the last push
         self.parked: list[str] = []  # workers taken out of the router, put back once they serve the weights
         self.requests: Counter[str] = Counter()  # turns answered, by replica
         self.served_by: dict[str, list[str]] = {}  # in-flight rollout → the replica that answered each turn
@@ -97,30 +99,23 @@ class Fleet:
         response.raise_for_status()
         return [Worker(w["id"], w["url"], w["is_healthy"]) for w in response.json()["workers"]]
 
-    async def update_weights(self, checkpoint: str, version: str) -> None:
-        """Every worker the router lists serves `checkpoint` as `version`, or is taken out of the router."""
-        self.weights = (checkpoint, version)
-        for worker in await self.workers():
+    async def update_weights(self, weights: WeightDelivery) -> None:
+        """Every worker the router lists serves `weights`, or is taken out of the router; parked workers
+        that answer again get them too and are put back."""
+        listed = await self.workers()
+        for worker in listed:
             if not worker.healthy:
                 await self._remove(worker, "unhealthy at a weight update", park=True)
-                continue
-            problem = await self._load(worker.url)
-            if problem:
-                await self._remove(worker, f"weight update failed: {problem}", park=False)
-        await self._readmit_parked()
-
-    async def _load(self, url: str) -> str | None:
-        """None once the worker serves the current weights; else why not."""
-        checkpoint, version = self.weights
-        try:
-            response = await self.client.post(f"{url}/update_weights_from_disk",
-                                              json={"model_path": checkpoint, "weight_version": version})
-        except httpx.TransportError as error:
-            return repr(error)
-        if response.status_code != 200:
-            return f"answered {response.status_code}: {response.text[:200]}"
-        served = response.json().get("weight_version")
-        return None if served == version else f"serves weight version {served!r}, not {version!r}"
+        healthy = [worker for worker in listed if worker.healthy]
+        returning = [url for url in self.parked if await self._answers(url)]
+        problems = await weights.deliver(self.client, [worker.url for worker in healthy] + returning)
+        self.weight_version = weights.version
+        for worker in healthy:
+            if problems[worker.url]:
+                await self._remove(worker, f"weight update failed: {problems[worker.url]}", park=False)
+        for url in returning:
+            if not problems[url]:
+                await self._readmit(url)
 
     async def _remove(self, worker: Worker, reason: str, park: bool) -> None:
         if not self.routed:
@@ -133,16 +128,15 @@ class Fleet:
             self.parked.append(worker.url)
         log.warning("took %s out of the router (%s)", worker.url, reason)
 
-    async def _readmit_parked(self) -> None:
-        for url in list(self.parked):
-            try:
-                healthy = (await self.client.get(f"{url}/health", timeout=5)).status_code == 200
-            except httpx.TransportError:
-                continue
-            if not healthy or await self._load(url):
-                continue
-            response = await self.client.post(f"{self.router_url}/workers", json={"url": url})
-            if response.status_code < 300:
-                self.parked.remove(url)
-                self.readmissions += 1
-                log.warning("put %s back into the router with weights %s", url, self.weights[1])
+    async def _answers(self, url: str) -> bool:
+        try:
+            return (await self.client.get(f"{url}/health", timeout=5)).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    async def _readmit(self, url: str) -> None:
+        response = await self.client.post(f"{self.router_url}/workers", json={"url": url})
+        if response.status_code < 300:
+            self.parked.remove(url)
+            self.readmissions += 1
+            log.warning("put %s back into the router with weights %s", url, self.weight_version)

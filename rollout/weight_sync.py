@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 
+from infra.ports import free_port
 from rollout.auth import bearer_headers
 
 log = logging.getLogger("rollout.weight_sync")
@@ -102,43 +103,76 @@ def receive_into(group: dist.ProcessGroup, request: UpdateWeightsFromDistributed
             target.copy_(incoming)
 
 
+class WeightGroupError(RuntimeError):
+    """A push (or the group it needs) failed; `problems` says which engine failed and how."""
+
+    def __init__(self, problems: dict[str, str]):
+        self.problems = problems
+        url, problem = next(iter(problems.items()))
+        super().__init__(f"{url}: {problem}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+
+
 class DistributedWeightPush:
     """The trainer's side: one group with `engine_urls`, and a push of named tensors to all of them at once."""
 
     def __init__(self, engine_urls: list[str], *, backend: str, master_address: str, master_port: int,
                  timeout_s: float = 300.0):
         self.engine_urls, self.timeout_s = list(engine_urls), timeout_s
+        _named_if_silent(self.engine_urls)  # the group would wait for it until `timeout_s`
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(engine_urls)), thread_name_prefix="weight-push")
         world_size = len(engine_urls) + 1
         joins = [self._pool.submit(self._post, url, "/init_weights_update_group", InitWeightsUpdateGroup(
             master_address=master_address, master_port=master_port, rank_offset=rank, world_size=world_size,
             backend=backend).model_dump()) for rank, url in enumerate(self.engine_urls, start=1)]
+        formed = None
         try:
             self.group = join_group(backend, master_address, master_port, 0, world_size, timeout_s)
+        except Exception as error:  # a member never joined: its own answer says why
+            formed = repr(error)
         finally:
             answers = [join.result() for join in joins]
-        failed = [(url, answer) for url, answer in zip(self.engine_urls, answers, strict=True) if not answer.get("success")]
-        if failed:
-            raise RuntimeError(f"{failed[0][0]} did not join the weight update group: {failed[0][1].get('message')}")
+        problems = {url: f"did not join the weight update group: {answer.get('message')}"
+                    for url, answer in zip(self.engine_urls, answers, strict=True) if not answer.get("success")}
+        if problems or formed:
+            self.close()
+            raise WeightGroupError(problems or dict.fromkeys(self.engine_urls, f"the group did not form: {formed}"))
 
     def push(self, tensors: Iterable[tuple[str, torch.Tensor]], version: str) -> None:
-        """Every engine serves `tensors` (by the served model's parameter names) as weight `version`."""
+        """Every engine serves `tensors` (by the served model's parameter names) as weight `version`, or
+        WeightGroupError names those that do not."""
+        _named_if_silent(self.engine_urls)  # a broadcast to it would wait, and the others' with it
         named = [(name, tensor.detach().contiguous()) for name, tensor in tensors]
         request = UpdateWeightsFromDistributed(names=[n for n, _ in named], dtypes=[dtype_name(t.dtype) for _, t in named],
                                                shapes=[list(t.shape) for _, t in named], weight_version=version)
         answers = [self._pool.submit(self._post, url, "/update_weights_from_distributed", request.model_dump())
                    for url in self.engine_urls]
-        for _, tensor in named:
-            self.group.broadcast(tensor, 0).wait()
+        broken = None
+        try:
+            for _, tensor in named:
+                self.group.broadcast(tensor, 0).wait()
+        except Exception as error:  # a member went away mid-push; the others time out of their receive
+            broken = repr(error)
+        problems = {}
         for url, answer in zip(self.engine_urls, (a.result() for a in answers), strict=True):
             if not answer.get("success") or answer.get("weight_version") != version:
-                raise RuntimeError(f"{url}: weight update to version {version} failed: {answer.get('message')}")
+                problems[url] = f"weight update to version {version} failed: {answer.get('message') or broken}"
+        if problems or broken:
+            raise WeightGroupError(problems or dict.fromkeys(self.engine_urls, f"the broadcast failed: {broken}"))
+
+    def destroy(self) -> None:
+        """The engines leave the group (those that still answer); this side lets it go."""
+        for url in self.engine_urls:
+            self._post(url, "/destroy_weights_update_group", {"group_name": GROUP_NAME})
+        self.close()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _post(self, url: str, path: str, body: dict) -> dict:
-        response = requests.post(f"{url}{path}", json=body, timeout=self.timeout_s, headers=bearer_headers())
+        try:
+            response = requests.post(f"{url}{path}", json=body, timeout=self.timeout_s, headers=bearer_headers())
+        except requests.RequestException as error:
+            return {"success": False, "message": f"unreachable: {error!r}"}
         try:
             answer = response.json()
         except ValueError:
@@ -146,3 +180,59 @@ class DistributedWeightPush:
         if response.status_code != 200:
             return {"success": False, "message": f"answered {response.status_code}: {answer.get('detail', response.text)}"}
         return answer
+
+
+def _named_if_silent(urls: list[str]) -> None:
+    """WeightGroupError naming every engine that does not answer its health check."""
+    silent = {url: problem for url in urls if (problem := _unanswered(url))}
+    if silent:
+        raise WeightGroupError(silent)
+
+
+def _unanswered(url: str) -> str | None:
+    try:
+        status = requests.get(f"{url}/health", timeout=5, headers=bearer_headers()).status_code
+    except requests.RequestException as error:
+        return f"unreachable: {error!r}"
+    return None if status == 200 else f"/health answered {status}"
+
+
+class FleetWeightGroup:
+    """The trainer's weights broadcast to whichever engines a fleet lists at each push. The group is formed
+    with the engines of the first push and formed again (on a fresh port) when they change: a replica died,
+    one was put back. A push that an engine fails is tried once more without it."""
+
+    def __init__(self, backend: str, timeout_s: float = 120.0):
+        self.backend, self.timeout_s = backend, timeout_s
+        self.group: DistributedWeightPush | None = None
+
+    def push(self, engine_urls: list[str], tensors: list[tuple[str, torch.Tensor]], version: str) -> dict[str, str | None]:
+        """Per engine URL: None once it serves `tensors` as `version`, else why not."""
+        problems: dict[str, str] = {}
+        for _ in range(2):
+            members = [url for url in engine_urls if url not in problems]
+            if not members:
+                break
+            try:
+                if self.group is None or self.group.engine_urls != members:
+                    self._form(members)
+                self.group.push(tensors, version)
+                break
+            except WeightGroupError as error:
+                problems |= error.problems
+                self._let_go()
+        return {url: problems.get(url) for url in engine_urls}
+
+    def close(self) -> None:
+        self._let_go()
+
+    def _form(self, members: list[str]) -> None:
+        self._let_go()
+        self.group = DistributedWeightPush(members, backend=self.backend, master_address=address_reachable_from(members[0]),
+                                           master_port=free_port(), timeout_s=self.timeout_s)
+        log.info("weight update group formed with %d engines", len(members))
+
+    def _let_go(self) -> None:
+        if self.group is not None:
+            group, self.group = self.group, None
+            group.destroy()

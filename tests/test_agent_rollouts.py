@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from transformers import AutoModelForCausalLM
 
 from data_contracts import ROLLOUT_V1
 from data_contracts.conversation import messages_from_records
@@ -21,6 +22,8 @@ from rollout.orchestrator import EpisodeSettings, Orchestrator, RolloutSpec
 from rollout.process import EngineProcess, RouterProcess
 from rollout.protocol import SamplingParams
 from rollout.task_services import TaskServices
+from rollout.weight_delivery import Broadcast, FromDisk
+from rollout.weight_sync import FleetWeightGroup
 from suites.prepare import SuiteSizes, prompt_splits
 from tests.unavailable_proxy import UnavailableProxy
 
@@ -192,12 +195,18 @@ def test_a_replica_answering_503_for_a_while_is_skipped_and_rejoins(stack, token
     assert any(behind_proxy in r.replicas for r in after) and stack.proxy.refused > 0
 
 
-def test_a_weight_update_reaches_every_worker_and_a_worker_that_fails_it_leaves_the_router(stack):
+@pytest.mark.parametrize("delivery", ["disk", "broadcast"])
+def test_a_weight_update_reaches_every_worker_and_a_worker_that_fails_it_leaves_the_router(stack, delivery):
     proxied = stack.proxy.url
+    group = FleetWeightGroup("gloo", timeout_s=60)
+    tensors = list(AutoModelForCausalLM.from_pretrained(stack.checkpoint).state_dict().items())
+
+    def weights(version):
+        return FromDisk(stack.checkpoint, version) if delivery == "disk" else Broadcast(group, tensors, version)
 
     async def update(version):
         async with Fleet(stack.router_url) as fleet:
-            await fleet.update_weights(stack.checkpoint, version)
+            await fleet.update_weights(weights(version))
             return fleet
 
     fleet = asyncio.run(update("3"))
@@ -217,13 +226,14 @@ def test_a_weight_update_reaches_every_worker_and_a_worker_that_fails_it_leaves_
 
     async def park_then_readmit():
         async with Fleet(stack.router_url) as fleet:
-            await fleet.update_weights(stack.checkpoint, "5")
+            await fleet.update_weights(weights("5"))
             parked = list(fleet.parked)
             stack.proxy.unavailable.clear()
-            await fleet.update_weights(stack.checkpoint, "6")
+            await fleet.update_weights(weights("6"))
             return fleet, parked
 
     fleet, parked = asyncio.run(park_then_readmit())
+    group.close()
     assert parked == [proxied] and fleet.readmissions == 1 and fleet.parked == []
     wait_until(lambda: stack.workers().get(proxied) is True)
     assert [health(e.url)["weight_version"] for e in stack.engines] == ["6", "6"]

@@ -9,7 +9,14 @@ from pydantic import BaseModel, Field, field_validator
 from rollout.envs.catalog import task_class
 from rollout.orchestrator import EpisodeSettings
 from stages.agentic.importance import ImportanceSettings
-from stages.common.config import ComputeSettings, OptimizerSettings, SamplingSettings, StageIO
+from stages.common.config import (
+    WEIGHT_SYNC_HELP,
+    ComputeSettings,
+    OptimizerSettings,
+    SamplingSettings,
+    StageIO,
+    WeightSync,
+)
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
 
@@ -37,6 +44,7 @@ class AgenticRecipe(BaseModel):
     objective: ImportanceSettings = ImportanceSettings()
     push_every: int = Field(1, ge=1, description="K: optimizer steps between weight pushes to the engines")
     reset_optimizer_on_push: bool = Field(True, description="zero AdamW's moments after each push (SPEC)")
+    weight_sync: WeightSync = Field("distributed", description=WEIGHT_SYNC_HELP)
     staleness_tau: int = Field(2, ge=0, description="τ: drop samples whose oldest weights are more than τ versions old")
     mode: Literal["async", "sync"] = Field("async", description="sync waits for every rollout of a batch before training")
     max_in_flight_groups: int = Field(16, ge=1, description="how far generation runs ahead of training (async)")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from rollout.fleet import Fleet
 from rollout.orchestrator import Orchestrator, RolloutResult, RolloutSpec
 from rollout.registry import TaskRegistry
+from rollout.weight_delivery import WeightDelivery
 from stages.agentic.config import AgenticRlConfig
 from stages.agentic.groups import is_stale, refill_group
 
@@ -33,13 +34,13 @@ class Group:
 class RolloutProducer:
     def __init__(self, config: AgenticRlConfig, tokenizer, task_rows: dict[str, list[dict]], fleet_url: str,
                  routed: bool, registry: TaskRegistry, rank: int, start_step: int = 0,
-                 weights: tuple[str, int] | None = None):
-        """`fleet_url`: SGLang's router, or the only engine (`routed` False). `weights` (checkpoint dir,
-        version): what the replicas must serve before the first rollout, for a resumed run whose replicas
-        started from the init checkpoint."""
+                 initial_weights: WeightDelivery | None = None):
+        """`fleet_url`: SGLang's router, or the only engine (`routed` False). `initial_weights`: what the
+        replicas must serve before the first rollout, for a resumed run whose replicas started from the
+        init checkpoint."""
         self.config, self.tokenizer, self.task_rows = config, tokenizer, task_rows
         self.fleet_url, self.routed = fleet_url, routed
-        self.registry, self.rank, self.weights = registry, rank, weights
+        self.registry, self.rank, self.initial_weights = registry, rank, initial_weights
         self.groups: queue.Queue[Group | None] = queue.Queue()  # None: generation failed
         self.loop = asyncio.new_event_loop()
         self.fleet: Fleet | None = None
@@ -74,8 +75,9 @@ class RolloutProducer:
             raise RuntimeError(f"rollout generation failed: {self._failure}")
         return group
 
-    def push_weights(self, checkpoint_dir: str, version: int) -> None:
-        asyncio.run_coroutine_threadsafe(self.fleet.update_weights(checkpoint_dir, str(version)), self.loop).result()
+    def update_weights(self, weights: WeightDelivery) -> None:
+        """Every replica serves `weights` (or has left the router) when this returns."""
+        asyncio.run_coroutine_threadsafe(self.fleet.update_weights(weights), self.loop).result()
 
     def replica_stats(self) -> dict:
         return {"load": self.fleet.load(), "requests": dict(self.fleet.requests), "retries": self.fleet.retries,
@@ -100,9 +102,8 @@ class RolloutProducer:
         self.registry.bind(self.loop)
         async with Fleet(self.fleet_url, routed=self.routed) as fleet:
             self.fleet = fleet
-            if self.weights is not None:
-                checkpoint_dir, version = self.weights
-                await fleet.update_weights(checkpoint_dir, str(version))
+            if self.initial_weights is not None:
+                await fleet.update_weights(self.initial_weights)
             await self.registry.wait_registered(list(config.tasks), timeout_s=120)
             orchestrator = Orchestrator(self.registry, fleet, self.tokenizer, config.sampling.params(), config.episode)
             self._ready.set()

@@ -19,6 +19,7 @@ import torch
 from model.presets import load_model
 from rollout.process import EngineProcess, RouterProcess
 from rollout.task_services import TaskServices
+from rollout.weight_delivery import FromDisk
 from stages.agentic.config import AgenticRlConfig
 from stages.agentic.data import agent_task_rows
 from stages.agentic.importance import ImportanceSettings
@@ -27,7 +28,7 @@ from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
-from stages.common.policy import push_weights, rl_training_engine, weights_push_dir
+from stages.common.policy import fleet_weight_pusher, push_weights, rl_training_engine, weights_push_dir
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, padded_batch
 from stages.common.training_engine import peak_memory_mb, step_shape
@@ -54,6 +55,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
 
     with ExitStack() as stack:
         producer = start_rollouts(stack, config, stage, engine, tokenizer, task_rows, start_step, version)
+        push = fleet_weight_pusher(stack, config.weight_sync, engine, producer.update_weights, workdir, dist)
         started, trained_samples = time.monotonic(), 0
         for step in range(start_step, config.max_steps):
             groups, failures, stale, dropped = next_batch(producer, config, version)
@@ -66,10 +68,12 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
                 importance_loss_of(advantages, config.objective),
                 mean_over="tokens")
             trained_samples += sum(len(results) for results in groups)
+            push_s = 0.0
             if (step + 1) % config.push_every == 0:
                 version += 1
-                push_weights(engine, workdir, version, dist.is_main,
-                             (lambda path, v=version: producer.push_weights(path, v)) if dist.is_main else None)
+                push_started = time.monotonic()
+                push(version)
+                push_s = time.monotonic() - push_started
                 if config.reset_optimizer_on_push:
                     reset_optimizer_state(engine)
             if config.mode == "sync":
@@ -78,7 +82,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
                 "step": step + 1, "loss": trained.loss, "lr": engine.get_lr()[0], "reward_mean": float(rewards.mean()),
                 **success_by_task(groups), **trained.stats, **health,
                 "weight_version": version, "trained_tokens": batch.response_tokens,
-                "train_s": time.monotonic() - step_started, "peak_memory_mb": peak_memory_mb(),
+                "train_s": time.monotonic() - step_started - push_s, "push_s": push_s, "peak_memory_mb": peak_memory_mb(),
                 "samples_per_s": trained_samples / (time.monotonic() - started), "replicas": producer.replica_stats(),
             })
     return checkpointer.finish()
@@ -105,11 +109,11 @@ def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs
         fleet_url, routed = stack.enter_context(RouterProcess(urls, workdir / "router.log")), True
     else:
         fleet_url, routed = urls[0], False
-    weights = None
-    if start_step:  # the replicas started from the init checkpoint
-        weights = (push_weights(engine, workdir, version, dist.is_main, deliver=None), version)
+    initial_weights = None
+    if start_step:  # the replicas started from the init checkpoint: the resumed weights reach them once, by disk
+        initial_weights = FromDisk(push_weights(engine, workdir, version, dist.is_main, deliver=None), str(version))
     producer = RolloutProducer(config, tokenizer, task_rows, fleet_url, routed, services.registry, dist.rank,
-                               start_step, weights)
+                               start_step, initial_weights)
     stack.callback(producer.stop)
     producer.start()
     producer.wait_ready(timeout_s=120)

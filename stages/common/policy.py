@@ -16,7 +16,8 @@ from infra.ports import free_port
 from model.dsa import install_dsa_indexers, set_dense_attention
 from rollout.client import EngineClient
 from rollout.process import EngineProcess
-from rollout.weight_sync import DistributedWeightPush, address_reachable_from
+from rollout.weight_delivery import Broadcast, FromDisk, WeightDelivery
+from rollout.weight_sync import DistributedWeightPush, FleetWeightGroup, address_reachable_from
 from stages.common.config import ComputeSettings, OptimizerSettings, WeightSync
 from stages.common.distributed import Dist, barrier
 from stages.common.hf_weights import gathered, merged_lora_state_dict, save_hf
@@ -108,14 +109,44 @@ def weight_pusher(stack: ExitStack, sync: WeightSync, engine, client: EngineClie
     if sync == "disk":
         return lambda version: push_weights(engine, workdir, version, dist.is_main,
                                             lambda path: client.update_weights(path, str(version)))
-    group = DistributedWeightPush([client.base_url], backend="nccl" if torch.cuda.is_available() else "gloo",
+    group = DistributedWeightPush([client.base_url], backend=group_backend(),
                                   master_address=address_reachable_from(client.base_url), master_port=free_port())
     stack.callback(group.close)
 
     def push(version: int) -> None:
         with gathered(engine.module):
-            state = merged_lora_state_dict(engine.module) or engine.module.state_dict()
-            group.push(state.items(), str(version))
+            group.push(served_weights(engine.module), str(version))
         barrier()
 
     return push
+
+
+def fleet_weight_pusher(stack: ExitStack, sync: WeightSync, engine, update: Callable[[WeightDelivery], None],
+                        workdir: Path, dist: Dist) -> Callable[[int], None]:
+    """`push(version)` for a fleet of replicas the ranks share (agentic RL): rank 0 hands `update` the
+    trainer's current weights as `version` — broadcast over one group with every replica the router lists
+    (formed again when they change), or written to disk for each to load — and no rank goes on before
+    every replica serves them."""
+    if sync == "disk":
+        return lambda version: push_weights(engine, workdir, version, dist.is_main,
+                                            (lambda path: update(FromDisk(path, str(version)))) if dist.is_main else None)
+    group = FleetWeightGroup(group_backend())
+    stack.callback(group.close)
+
+    def push(version: int) -> None:
+        with gathered(engine.module):
+            if dist.is_main:
+                update(Broadcast(group, served_weights(engine.module), str(version)))
+        barrier()
+
+    return push
+
+
+def served_weights(module) -> list[tuple[str, torch.Tensor]]:
+    """What an engine serves of the trained module: LoRA merged into its base weights, else the state dict
+    (inside `gathered` under ZeRO-3)."""
+    return list((merged_lora_state_dict(module) or module.state_dict()).items())
+
+
+def group_backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
