@@ -17,15 +17,16 @@ from rollout.task_services import TaskServices
 
 
 def play_episodes(specs: Sequence[RolloutSpec], engine_url: str, services: TaskServices, tokenizer,
-                  sampling: SamplingParams, episode: EpisodeSettings) -> list[RolloutResult]:
-    """The result of every episode in `specs`, in order, played concurrently on the engine at `engine_url`."""
-    return asyncio.run(_play(specs, engine_url, services, tokenizer, sampling, episode))
+                  sampling: SamplingParams, episode: EpisodeSettings, *, routed: bool = False) -> list[RolloutResult]:
+    """The result of every episode in `specs`, in order, played concurrently on the engine at `engine_url`
+    (SGLang's router when `routed`)."""
+    return asyncio.run(_play(specs, engine_url, services, tokenizer, sampling, episode, routed))
 
 
 async def _play(specs, engine_url: str, services: TaskServices, tokenizer, sampling: SamplingParams,
-                episode: EpisodeSettings) -> list[RolloutResult]:
+                episode: EpisodeSettings, routed: bool) -> list[RolloutResult]:
     services.registry.bind(asyncio.get_running_loop())
-    async with Fleet(engine_url, routed=False) as fleet:
+    async with Fleet(engine_url, routed=routed) as fleet:
         await services.registry.wait_registered(list(services.registry.entries), timeout_s=120)
         orchestrator = Orchestrator(services.registry, fleet, tokenizer, sampling, episode)
         try:

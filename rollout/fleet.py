@@ -62,27 +62,32 @@ class Fleet:
 
     async def generate(self, rollout_id: str, input_ids: list[int], sampling: SamplingParams) -> Sample:
         """One turn of one rollout, on the rollout's replica; asked again if it fails there."""
+        sample, replica = await self.generate_batch(rollout_id, [input_ids], sampling)
+        self.served_by.setdefault(rollout_id, []).append(replica)
+        return sample[0]
+
+    async def generate_batch(self, key: str, prompts: list[list[int]], sampling: SamplingParams) -> tuple[list[Sample], str]:
+        """A batch on the replica `key` hashes to (asked again if it fails there), and that replica."""
         last_error = ""
         for attempt in range(self.max_attempts):
             if attempt:
                 self.retries += 1
-                log.warning("rollout %s: asking again (attempt %d) after %s", rollout_id, attempt + 1, last_error)
+                log.warning("%s: asking again (attempt %d) after %s", key, attempt + 1, last_error)
                 await asyncio.sleep(self.backoff_s * 2 ** min(attempt - 1, 4))
             try:
-                response = await self.client.post(f"{self.router_url}/generate", json=generate_payload([input_ids], sampling),
-                                                  headers={ROUTING_KEY_HEADER: rollout_id})
+                response = await self.client.post(f"{self.router_url}/generate", json=generate_payload(prompts, sampling),
+                                                  headers={ROUTING_KEY_HEADER: key})
             except httpx.TransportError as error:
                 last_error = f"the router is unreachable: {error!r}"
                 continue
             if response.status_code == 200:
                 replica = response.headers.get(ENGINE_HEADER, "unknown")
                 self.requests[replica] += 1
-                self.served_by.setdefault(rollout_id, []).append(replica)
-                return samples_from_answer(replica, [input_ids], response.json())[0]
+                return samples_from_answer(replica, prompts, response.json()), replica
             if response.status_code in REQUEST_FAULTS:
                 raise EngineRequestError(f"{self.router_url}/generate answered {response.status_code}: {response.text}")
             last_error = f"answered {response.status_code}: {response.text[:200]}"
-        raise EngineUnavailableError(f"rollout {rollout_id}: no replica answered in {self.max_attempts} attempts: {last_error}")
+        raise EngineUnavailableError(f"{key}: no replica answered in {self.max_attempts} attempts: {last_error}")
 
     def finish(self, rollout_id: str) -> list[str]:
         """The rollout is over. Returns the replica of each of its turns."""

@@ -32,13 +32,14 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
     # The reasoning and agentic teachers are the student itself: on their prompts log π_teacher =
     # log π_student, so the advantage (and the KL) is 0 up to float error, which checks that the prefill
     # lines up with what was sampled, across an episode's turns too; the general teacher is another model.
+    # The student samples on two replicas behind SGLang's router (the pipeline's smoke run covers one engine).
     teachers = [TeacherSpec(source="reasoning_rl", checkpoint=small_store["init"], datasets=[arith]),
                 TeacherSpec(source="agentic_rl", checkpoint=small_store["init"], datasets=agent_sets,
                             agent_tasks=["calc", "search"]),
                 TeacherSpec(source="general_rl", checkpoint=sft_checkpoint, datasets=[instruct.uri])]
     config = DistillConfig(run_id="distill-steps", store=small_store["root"], init_checkpoint=small_store["init"],
                            teachers=teachers, prompts_per_step=4, max_steps=2, sampling={"max_new_tokens": 12},
-                           optimizer={"lr": 2e-5, "warmup_steps": 1})
+                           optimizer={"lr": 2e-5, "warmup_steps": 1}, replicas=2)
     events = run_stage_job("stages.distill.train", config, tmp_path)
     steps = [e for e in events if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]

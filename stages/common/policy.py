@@ -15,7 +15,8 @@ import torch
 from infra.ports import free_port
 from model.dsa import install_dsa_indexers, set_dense_attention
 from rollout.client import EngineClient
-from rollout.process import EngineProcess
+from rollout.fleet_client import FleetClient
+from rollout.process import EngineProcess, RouterProcess
 from rollout.weight_delivery import Broadcast, FromDisk, WeightDelivery
 from rollout.weight_sync import DistributedWeightPush, FleetWeightGroup, address_reachable_from
 from stages.common.config import ComputeSettings, OptimizerSettings, WeightSync
@@ -77,14 +78,18 @@ def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Ca
 
 @dataclass(frozen=True)
 class PolicyEngine:
-    client: EngineClient
-    push: Callable[[int], None]  # the trainer's current weights to the engine, as this weight version
+    client: EngineClient | FleetClient  # generate(prompts, sampling) either way
+    push: Callable[[int], None]  # the trainer's current weights to the engines, as this weight version
 
 
 def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, start_step: int) -> PolicyEngine:
-    """The rollout engine of the policy being trained — `config.engine_url`, or one started here on the
-    init checkpoint until `stack` closes — serving the trainer's weights at `start_step`, and how the
-    trainer's weights reach it (`config.weight_sync`)."""
+    """The rollout engines of the policy being trained, until `stack` closes: SGLang's router at
+    `config.router_url` (shared by the trainer's ranks), the engine at `config.engine_url`, or
+    `config.replicas` engines started here on the init checkpoint (each rank its own; behind SGLang's router
+    when more than one). They serve the trainer's weights at `start_step`; `push` sends them the trainer's
+    weights after a step (`config.weight_sync`)."""
+    if config.router_url or (config.replicas > 1 and not config.engine_url):
+        return _policy_fleet(stack, config, engine, workdir, dist, start_step)
     if config.engine_url:
         client = EngineClient(config.engine_url)
         client.wait_until_healthy(30)
@@ -99,6 +104,38 @@ def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, s
     elif config.engine_url:  # an engine we did not start may serve anything
         client.update_weights(config.init_checkpoint, weight_version="0")
     return PolicyEngine(client, push)
+
+
+def _policy_fleet(stack: ExitStack, config, engine, workdir: Path, dist: Dist, start_step: int) -> PolicyEngine:
+    if config.router_url:
+        fleet = FleetClient(config.router_url)
+    else:
+        urls = replicas_started(stack, config.init_checkpoint, config.replicas, workdir / f"rank-{dist.rank}",
+                                seed=config.seed * 1000 + dist.rank * 100, precision=config.compute.precision,
+                                weights_dirs=[weights_push_dir(workdir)])
+        fleet = FleetClient(stack.enter_context(RouterProcess(urls, workdir / f"router-{dist.rank}.log")))
+    stack.callback(fleet.close)
+    push = fleet_weight_pusher(stack, config.weight_sync, engine, fleet.update_weights, workdir, dist,
+                               shared=bool(config.router_url))
+    if start_step:
+        push(start_step)
+    elif config.router_url and dist.is_main:  # engines we did not start may serve anything
+        fleet.update_weights(FromDisk(config.init_checkpoint, "0"))
+    return PolicyEngine(fleet, push)
+
+
+def replicas_started(stack: ExitStack, checkpoint: str, count: int, log_dir: Path, *, seed: int, precision: str,
+                     weights_dirs: list[Path]) -> list[str]:
+    """The URLs of `count` engines on `checkpoint`, started at once and stopped when `stack` closes."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    engines = []
+    for i in range(count):
+        process = EngineProcess(checkpoint, log_dir / f"engine-{i}.log", seed=seed + i, weights_dirs=weights_dirs,
+                                precision=precision)
+        stack.callback(process.stop)
+        process.launch()
+        engines.append(process)
+    return [process.wait_ready().base_url for process in engines]
 
 
 def weight_pusher(stack: ExitStack, sync: WeightSync, engine, client: EngineClient, workdir: Path,
@@ -122,20 +159,21 @@ def weight_pusher(stack: ExitStack, sync: WeightSync, engine, client: EngineClie
 
 
 def fleet_weight_pusher(stack: ExitStack, sync: WeightSync, engine, update: Callable[[WeightDelivery], None],
-                        workdir: Path, dist: Dist) -> Callable[[int], None]:
-    """`push(version)` for a fleet of replicas the ranks share (agentic RL): rank 0 hands `update` the
-    trainer's current weights as `version` — broadcast over one group with every replica the router lists
-    (formed again when they change), or written to disk for each to load — and no rank goes on before
-    every replica serves them."""
+                        workdir: Path, dist: Dist, *, shared: bool = True) -> Callable[[int], None]:
+    """`push(version)` for a fleet of replicas behind a router: `update` gets the trainer's current weights
+    as `version` — broadcast over one group with every replica the router lists (formed again when they
+    change), or written to disk for each to load — from rank 0 when the ranks share the fleet (`shared`),
+    else from each rank to its own; no rank goes on before every replica serves them."""
+    pushes_here = dist.is_main or not shared
     if sync == "disk":
         return lambda version: push_weights(engine, workdir, version, dist.is_main,
-                                            (lambda path: update(FromDisk(path, str(version)))) if dist.is_main else None)
+                                            (lambda path: update(FromDisk(path, str(version)))) if pushes_here else None)
     group = FleetWeightGroup(group_backend())
     stack.callback(group.close)
 
     def push(version: int) -> None:
         with gathered(engine.module):
-            if dist.is_main:
+            if pushes_here:
                 update(Broadcast(group, served_weights(engine.module), str(version)))
         barrier()
 

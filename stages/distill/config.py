@@ -56,6 +56,10 @@ class DistillRecipe(BaseModel):
     objective: IcePopSettings = IcePopSettings()
     episode: EpisodeSettings = Field(EpisodeSettings(), description="turns and context management of the agent episodes")
     engine_url: str | None = Field(None, description="A running engine for the student; default: start one here.")
+    replicas: int = Field(1, ge=1, description="policy engines started here (per trainer rank) when engine_url and "
+                                               "router_url are empty; more than one go behind SGLang's router")
+    router_url: str | None = Field(None, description="SGLang's router in front of running policy engines (at scale); "
+                                                     "the trainer's ranks share them")
     weight_sync: WeightSync = Field("distributed", description=WEIGHT_SYNC_HELP)
     checkpoint_every: int = Field(20, ge=1)
 

@@ -25,6 +25,7 @@ import torch
 from model.presets import load_model
 from rollout.client import EngineClient
 from rollout.episodes import play_episodes
+from rollout.fleet_client import FleetClient
 from rollout.orchestrator import RolloutResult, RolloutSpec
 from rollout.protocol import SamplingParams
 from rollout.task_services import TaskServices
@@ -133,7 +134,7 @@ def throughput(batch: TrainBatch, rollout_s: float, teacher_s: float, train_s: f
             "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size}
 
 
-def student_rows(student: EngineClient, prompts: list, sampling: SamplingParams, services: TaskServices | None,
+def student_rows(student: EngineClient | FleetClient, prompts: list, sampling: SamplingParams, services: TaskServices | None,
                  tokenizer, config: DistillConfig, batch_id: str) -> tuple[list[StudentRow], list[RolloutResult]]:
     """What the student samples for this step's prompts: one reply to each first-reply prompt (a single
     seeded request) and every agent episode played to the end; the rows to train and the episodes."""
@@ -143,7 +144,7 @@ def student_rows(student: EngineClient, prompts: list, sampling: SamplingParams,
     specs = [RolloutSpec(f"{batch_id}-{i}", f"{batch_id}-{i}", episode.task, episode.row)
              for i, episode in enumerate(episodes)]
     results = play_episodes(specs, student.base_url, services, tokenizer, sampling.model_copy(update={"sampling_seed": None}),
-                            config.episode) if specs else []
+                            config.episode, routed=isinstance(student, FleetClient)) if specs else []
     rows = sample_rows(samples, [p.metadata["teacher"] for p in replies]) + episode_rows(results, [e.teacher for e in episodes])
     if not rows:
         raise RuntimeError(f"batch {batch_id}: nothing to train, the environment failed in every episode: "

@@ -81,6 +81,10 @@ class GrpoRecipe(BaseModel):
     frozen: list[str] = Field(default_factory=list, description="globs of parameter names RL leaves as they are, "
                                                                  "e.g. '*.mlp.gate.weight' (the MoE routers)")
     engine_url: str | None = Field(None, description="A running engine (ours or SGLang); default: start one here.")
+    replicas: int = Field(1, ge=1, description="policy engines started here (per trainer rank) when engine_url and "
+                                               "router_url are empty; more than one go behind SGLang's router")
+    router_url: str | None = Field(None, description="SGLang's router in front of running policy engines (at scale); "
+                                                     "the trainer's ranks share them")
     weight_sync: WeightSync = Field("distributed", description=WEIGHT_SYNC_HELP)
     checkpoint_every: int = Field(20, ge=1)
 

@@ -18,6 +18,7 @@ import torch
 from model.presets import load_model
 from rewards import load_reward_module, reward_module_refs
 from rollout.client import Sample
+from rollout.fleet_client import FleetClient
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
 from stages.common.distributed import Dist, all_mean, rank_share
@@ -99,6 +100,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 "zero_signal_group_fraction": all_mean(zero_signal),
                 "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
                 **sample_metrics(samples, is_anchor_member, batch, rollout_s, train_s, dist),
+                **({"replicas": policy.client.replica_requests()} if isinstance(policy.client, FleetClient) else {}),
                 # Where the step's time went (bench/grpo_step.py reads them), averaged over ranks.
                 **{f"{part}_s": all_mean(value) for part, value in (("generate", rollout_s), ("reward", reward_s),
                                                                    ("train", train_s), ("push", push_s))},
@@ -142,5 +144,6 @@ def sample_metrics(samples: list[Sample], anchors: torch.Tensor, batch: TrainBat
         "anchor_members": int(all_mean(float(anchors.sum())) * dist.world_size),
         "rollout_tokens_per_s": all_mean(sum(lengths) / rollout_s) * dist.world_size,
         "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,
-        "weight_version": samples[0].weight_version, "peak_memory_mb": all_mean(peak_memory_mb()),
+        # One version unless replicas served different weights (then each, comma-separated).
+        "weight_version": ",".join(sorted({s.weight_version for s in samples})), "peak_memory_mb": all_mean(peak_memory_mb()),
     }
