@@ -80,10 +80,14 @@ class EngineProcess:
     """`with EngineProcess(uri, log_path) as client:` serves `uri` until the block ends."""
 
     def __init__(self, checkpoint: str, log_path: Path, *, seed: int = 0, host: str = "127.0.0.1",
-                 startup_timeout_s: float = 120.0, weights_dirs: Sequence[Path] = (), precision: str = "auto"):
+                 startup_timeout_s: float = 120.0, weights_dirs: Sequence[Path] = (), precision: str = "auto",
+                 threads: int | None = None):
         """`weights_dirs`: the local folders its `update_weights` may load from (where a trainer pushes);
-        `precision`: the served weights' dtype (rollout.server's --precision)."""
+        `precision`: the served weights' dtype (rollout.server's --precision); `threads`: its CPU threads
+        (default one per core: give fewer when it shares the cores with a trainer or other engines)."""
         args = ["--checkpoint", checkpoint, "--seed", str(seed), "--precision", precision]
+        if threads:
+            args += ["--threads", str(threads)]
         for folder in weights_dirs:
             args += ["--weights-dir", str(folder)]
         self.service = ServiceProcess("rollout.server", args, log_path, host=host, startup_timeout_s=startup_timeout_s)

@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import get_args
 
+import torch
 import torch.distributed as dist
 import uvicorn
 from fastapi import FastAPI, HTTPException
@@ -231,6 +232,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="prompt tokens plus max_new_tokens per /generate request")
     parser.add_argument("--max-in-flight", type=int, default=defaults.max_in_flight,
                         help="/generate requests queued or generating at once")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads the engine computes with (default: torch's, one per core)")
     args = parser.parse_args(argv)
     exit_with_owner()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -241,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM (and the owner's death, which sends it) becomes an exception on the main thread, where the
     # engine runs: it unwinds through the `finally`s below instead of ending the process where it stands.
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     try:
         engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed, precision=args.precision)
         limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens,

@@ -28,7 +28,13 @@ from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main
-from stages.common.policy import fleet_weight_pusher, push_weights, rl_training_engine, weights_push_dir
+from stages.common.policy import (
+    engine_threads,
+    fleet_weight_pusher,
+    push_weights,
+    rl_training_engine,
+    weights_push_dir,
+)
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, padded_batch
 from stages.common.training_engine import peak_memory_mb, step_shape
@@ -94,9 +100,12 @@ def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs
     one), the task services and the producer playing groups on them, all stopped when `stack` closes; a
     resumed run's weights reach the replicas first."""
     dist, workdir = stage.dist, stage.workdir
+    # Asynchronous: the replicas generate while the trainer trains, so the cores are shared by all of them.
+    threads = engine_threads(config.replicas + 1)
     replicas = [] if config.engine_urls or config.router_url else [
         _launch(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log", seed=config.seed * 100 + i,
-                                    weights_dirs=[weights_push_dir(workdir)], precision=config.compute.precision))
+                                    weights_dirs=[weights_push_dir(workdir)], precision=config.compute.precision,
+                                    threads=threads))
         for i in range(config.replicas)
     ]
     services = stack.enter_context(TaskServices(  # starts while the replicas load
