@@ -25,8 +25,10 @@ HEADLINE = {"reasoning_rl": "accuracy_sampled", "agentic_rl": "tool_success", "g
 
 
 def headline(source: str, metrics: dict[str, float]) -> str:
-    """The metric a teacher's domain is judged by (reasoning: sampled accuracy, whatever its verifier's prefix)."""
-    return next(name for name in sorted(metrics) if name == HEADLINE[source] or name.endswith("/" + HEADLINE[source]))
+    """The metric a teacher's domain is judged by: the overall one where there is one (agentic: tool_success,
+    not calc/tool_success), else the one under a prefix (reasoning: its verifier's arith/accuracy_sampled)."""
+    wanted = HEADLINE[source]
+    return wanted if wanted in metrics else next(name for name in sorted(metrics) if name.endswith("/" + wanted))
 
 
 @dataclass(frozen=True)

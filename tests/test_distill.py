@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from flows.distill import headline
 from infra.store import open_store
 from stages.distill.config import DistillConfig, TeacherSpec
 from stages.prepare import publish_prompts
@@ -57,3 +58,9 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
         (arith, "chat@1"), *((uri, "chat@1") for uri in agent_sets), (instruct.uri, "prompt@1")}
     done = [e for e in events if e["event"] == "done"]
     assert done[0]["checkpoint"] == store.open(config.output_name).uri
+
+
+def test_a_teachers_domain_is_judged_by_its_overall_score_where_there_is_one():
+    agentic = {"calc/tool_success": 0.03, "env_failures": 0.0, "search/tool_success": 0.17, "tool_success": 0.1}
+    assert headline("agentic_rl", agentic) == "tool_success"  # not calc's, which sorts first
+    assert headline("reasoning_rl", {"arith/accuracy_greedy": 0.2, "arith/accuracy_sampled": 0.16}) == "arith/accuracy_sampled"
