@@ -53,28 +53,8 @@ def pytest_xdist_make_scheduler(config, log):
     return FileGroups(config, log)
 
 
-# After the fault group, the longest files go first (longest-first keeps the two workers' finishing times
-# close: a long file handed out last would run alone at the end). Ordered by their measured durations in a
-# `make test --durations` run on 2 cores; files not named follow in collection order.
-LONGEST_FIRST = (
-    "tests/test_compute.py", "tests/test_general_rl.py", "tests/test_orm.py", "tests/test_reward_contract.py",
-    "tests/test_agent_rollouts.py", "tests/test_slurm_launch.py", "tests/test_agentic_rl.py",
-    "tests/test_general_rl_deployment.py", "tests/test_deepspeed_launch.py", "tests/test_your_model_and_data.py",
-    "tests/test_pipelines_share_a_store.py", "tests/test_distill.py", "tests/test_work_pool.py",
-    "tests/test_lineage_cli.py", "tests/test_sft_job.py", "tests/test_rollout_engine.py", "tests/test_your_model.py",
-    "tests/test_reasoning_rl.py", "tests/test_dsa.py",
-)
-
-
-def handing_out_order(nodeid: str) -> int:
-    path = nodeid.split("::")[0]
-    if path.startswith(SERIAL_FIRST):
-        return 0
-    return 1 + LONGEST_FIRST.index(path) if path in LONGEST_FIRST else 1 + len(LONGEST_FIRST)
-
-
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: handing_out_order(item.nodeid))  # stable: collection order otherwise
+    items.sort(key=lambda item: not item.nodeid.startswith(SERIAL_FIRST))  # stable: collection order otherwise
 
 
 @pytest.fixture(autouse=True, scope="session")
