@@ -43,6 +43,8 @@ class DataInput(_Record):
     digest: str
     rows: int | None = None
     contract: str | None = None
+    # "rollouts": the samples the run trained on (rollout@1 shards it wrote), not data it read.
+    role: Literal["data", "rollouts"] = "data"
 
 
 class CodeVersion(_Record):

@@ -9,10 +9,11 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from prefect import get_run_logger, runtime
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
 from flows.tracking import PROJECT, wandb_run_id
 from infra.launch import StageFailed, run_stage_job
+from infra.openlineage import StageRunEvents
 from infra.store import open_store
 from rollout.process import EngineProcess
 from stages.common import checkpointer
@@ -69,6 +70,8 @@ class JobProgress:
                     + (f" reward {event['reward_mean']:.3f}" if "reward_mean" in event else "")
                     + (f" held-out {event['heldout_loss']:.4f}" if "heldout_loss" in event else "")
                 )
+        elif kind == "samples":
+            self.show_samples(event)
         else:
             self.logger.info(f"{self.stage} {kind}: {json.dumps({k: v for k, v in event.items() if k != 'event'})}")
         if kind == "error" and self.error is None:
@@ -76,6 +79,16 @@ class JobProgress:
         if kind == "done":
             self.final = event
             update_progress_artifact(self.artifact_id, progress=100.0)
+
+
+    def show_samples(self, event: dict) -> None:
+        """A table of what the model wrote at this step (the rollout record's decoded samples), one key per
+        stage so the UI lists its versions as training goes on."""
+        create_table_artifact(key=f"{self.stage.replace('_', '-')}-samples", table=event["samples"],
+                              description=f"{self.stage}: samples the policy wrote at step {event['step']}")
+        for sample in event["samples"]:
+            self.logger.info(f"{self.stage} step {event['step']} sample ({sample['task']}, reward {sample['reward']}): "
+                             + sample["completion"][:200].replace("\n", " "))
 
 
 def run_job(config: StageIO, workdir: Path) -> JobProgress:
@@ -112,7 +125,15 @@ def train_stage(config: StageIO) -> dict:
         get_run_logger().info(f"{config.stage_name}: {artifact.uri} is committed for this config, inputs and code; not retrained")
         return {"checkpoint": artifact.uri, "history": state["history"], "train_s": 0.0, "skipped": True}
     started = time.monotonic()
-    progress = run_job(config, stage_workdir(config))
+    provenance = config.provenance
+    lineage_events = StageRunEvents(config.stage_name, config.run_id, provenance.flow_run_id, provenance.flow_name)
+    lineage_events.start()
+    try:
+        progress = run_job(config, stage_workdir(config))
+    except BaseException as error:
+        lineage_events.fail(error)
+        raise
+    lineage_events.complete(store.open(progress.final["checkpoint"]))
     return {"checkpoint": progress.final["checkpoint"], "history": progress.history,
             "train_s": round(time.monotonic() - started, 1)}
 

@@ -180,11 +180,22 @@ def trained_tokens(history: list[dict]) -> int:
     return sum(record.get("trained_tokens", 0) for record in history)
 
 
+def recorded_rollouts(history: list[dict]) -> dict | None:
+    """What the stage put on record of the samples it trained on, and the time its job spent writing them
+    (None: a stage that records none, or a history read back from a checkpoint, which keeps no timings)."""
+    steps = [record for record in history if "recorded_samples" in record]
+    if not steps:
+        return None
+    return {"samples": sum(r["recorded_samples"] for r in steps), "bytes": sum(r["recorded_bytes"] for r in steps),
+            "record_s": round(sum(r["record_s"] for r in steps), 2) if all("record_s" in r for r in steps) else None}
+
+
 def stage_record(name: str, result: dict, started: float) -> dict:
     """What the run's summary.json says of one stage."""
     return {"stage": name, "checkpoint": result["checkpoint"], "metrics_before": result["metrics_before"],
             "metrics_after": result["metrics_after"], "wall_s": round(time.monotonic() - started, 1),
-            "train_s": result["train_s"], "train_tokens": trained_tokens(result["history"])}
+            "train_s": result["train_s"], "train_tokens": trained_tokens(result["history"]),
+            **({"rollouts": rollouts} if (rollouts := recorded_rollouts(result["history"])) else {})}
 
 
 STAGES = get_args(StageName)

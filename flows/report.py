@@ -67,6 +67,11 @@ def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
         lines += [f"## {name}", "", f"- checkpoint: `{stage['checkpoint']}`",
                   f"- wall time: {stage['wall_s']:.0f} s, of which the training job {stage['train_s']:.0f} s "
                   f"(the rest is evaluation before and after); trained tokens: {stage['train_tokens']:,}", ""]
+        if record := stage.get("rollouts"):  # the samples it trained on, and what keeping them cost
+            cost = (f"; writing them took {record['record_s']:.2f} s of the job's {stage['train_s']:.0f} s "
+                    f"({100 * record['record_s'] / stage['train_s']:.1f}%)" if record["record_s"] is not None
+                    and stage["train_s"] else "")
+            lines += [f"- rollouts on record: {record['samples']:,} samples, {record['bytes']:,} bytes{cost}", ""]
         if "retention" in stage:  # distillation: the share of each teacher's headline score the student keeps
             lines += ["- kept of each teacher's score: " + ", ".join(
                 f"{teacher} {kept:.3f}" for teacher, kept in stage["retention"].items()), ""]

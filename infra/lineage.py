@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_contracts.lineage import Lineage
+from data_contracts.lineage import Lineage, RewardModuleRef
 from infra.store import ArtifactStoreError, CommittedArtifact, open_artifact
 
 
@@ -54,7 +54,8 @@ def load_ancestry(
         node.children.append(load_ancestry(parent.uri, opener, role=parent.role, recorded_digest=parent.digest,
                                            _seen=seen))
     for data in node.lineage.inputs:
-        node.children.append(load_ancestry(data.uri, opener, role="input", recorded_digest=data.digest, _seen=seen))
+        role = "rollouts" if data.role == "rollouts" else "input"
+        node.children.append(load_ancestry(data.uri, opener, role=role, recorded_digest=data.digest, _seen=seen))
     return node
 
 
@@ -74,6 +75,34 @@ def verify_ancestry(root: AncestryNode) -> list[str]:
             verified.add(node.uri)
             problems.extend(f"{node.uri}/{problem}" for problem in node.artifact.verify())
     return problems
+
+
+@dataclass(frozen=True)
+class RolloutsSummary:
+    """The samples a checkpoint's stage trained on, as its lineage lists them (rollout@1 shards)."""
+
+    shards: int
+    rows: int
+    bytes: int
+    steps: tuple[int, int] | None
+    reward_modules: tuple[RewardModuleRef, ...]
+
+    def line(self) -> str:
+        steps = f" of steps {self.steps[0]}-{self.steps[1]}" if self.steps else ""
+        return f"{self.rows} samples{steps} in {self.shards} shard(s), {self.bytes:,} bytes"
+
+
+def rollouts_summary(node: AncestryNode) -> RolloutsSummary | None:
+    """What `node`'s `rollouts` inputs hold, or None when it lists none."""
+    shards = [child for child in node.children if child.role == "rollouts" and child.lineage is not None]
+    if not shards:
+        return None
+    steps = [child.lineage.config["step"] for child in shards if "step" in child.lineage.config]
+    modules = {(m.path, m.source_sha256): m for child in shards for m in child.lineage.reward_modules}
+    return RolloutsSummary(
+        shards=len(shards), rows=sum(child.lineage.config.get("rows", 0) for child in shards),
+        bytes=sum(entry.size for child in shards for entry in child.artifact.manifest.files.values()),
+        steps=(min(steps), max(steps)) if steps else None, reward_modules=tuple(modules.values()))
 
 
 def ancestry_json(node: AncestryNode) -> dict[str, Any]:
@@ -98,22 +127,47 @@ def ancestry_json(node: AncestryNode) -> dict[str, Any]:
 
 
 def _graph(root: AncestryNode) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
-    """([(id, label, name)], [(ancestor id, role, id)]): one node per artifact, one edge per feed."""
+    """([(id, label, name)], [(ancestor id, role, id)]): one node per artifact, one edge per feed; a
+    checkpoint's rollout shards are drawn as one node, its `rollouts` input."""
     ids: dict[str, str] = {}
-    nodes = []
-    for node in root.walk():
+    nodes, edges = [], []
+
+    def node_id(node: AncestryNode) -> str:
         if node.uri not in ids:
             ids[node.uri] = f"a{len(ids)}"
             label = node.lineage.name if node.lineage else "unreadable"
             kind = node.lineage.kind if node.lineage else "?"
             nodes.append((ids[node.uri], f"{kind}: {label}", node.uri.rsplit("/", 1)[-1]))
-    edges: list[tuple[str, str, str]] = []
-    for node in root.walk():
+        return ids[node.uri]
+
+    def edge(source: str, role: str, target: str) -> None:
+        if (source, role, target) not in edges:
+            edges.append((source, role, target))
+
+    for node in _drawn(root):
+        target = node_id(node)
         for child in node.children:
-            edge = (ids[child.uri], child.role, ids[node.uri])
-            if edge not in edges:
-                edges.append(edge)
+            if child.role != "rollouts":
+                edge(node_id(child), child.role, target)
+        summary = rollouts_summary(node)
+        if summary is not None:
+            rollouts = f"{target}r"
+            if all(rollouts != existing for existing, _, _ in nodes):
+                nodes.append((rollouts, f"rollouts: {summary.line()}", node.uri.rsplit("/", 1)[-1] + "-rollouts"))
+            edge(rollouts, "rollouts", target)
     return nodes, edges
+
+
+def _drawn(node: AncestryNode, seen: set[str] | None = None):
+    """The DAG's nodes in walk order, each once, without the rollout shards (a summary node stands for them)."""
+    seen = set() if seen is None else seen
+    if node.uri in seen:
+        return
+    seen.add(node.uri)
+    yield node
+    for child in node.children:
+        if child.role != "rollouts":
+            yield from _drawn(child, seen)
 
 
 def ancestry_mermaid(root: AncestryNode) -> str:

@@ -48,30 +48,19 @@ def lineage(
     output_format: LineageFormat = typer.Option(LineageFormat.tree, "--format", help="tree, json, mermaid or dot."),
     debug: bool = typer.Option(False, "--debug", help="On an error, show the traceback as well."),
 ) -> None:
-    """Show the ancestry of a checkpoint: parents, teachers, data inputs, code, config and reward modules."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
+    """Show the ancestry of a checkpoint: parents, teachers, data inputs, the samples it trained on, code, config
+    and reward modules."""
     from infra.lineage import ancestry_dot, ancestry_json, ancestry_mermaid, load_ancestry, verify_ancestry
-    from infra.references import LATEST, resolve_checkpoint
-    from infra.store import open_artifact, open_store
+    from infra.store import open_artifact
     from infra.store.errors import ArtifactStoreError
 
-    if not debug:  # an unreachable store is retried for seconds; the one line after says why it failed
-        logging.getLogger("infra.store.retry").setLevel(logging.ERROR)
-    try:
-        if uri.endswith(LATEST) and "://" not in uri:  # STAGE:latest, the newest checkpoint of that stage
-            resolved = resolve_checkpoint(open_store(), uri, "URI")
-        else:
-            resolved = uri if "://" in uri else open_store().open(uri).uri
+    def ancestry(resolved: str):
         root = load_ancestry(resolved, open_artifact)
         if root.error:  # the artifact itself could not be read: nothing to show
             raise ArtifactStoreError(root.error)
-    # A bad name, a missing or uncommitted artifact, an unreachable or unauthorized store: one line, exit 2.
-    except (ArtifactStoreError, ValueError, OSError, BotoCoreError, ClientError) as error:
-        if debug:
-            raise
-        typer.echo(f"error: {uri}: {error}" if uri not in str(error) else f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+        return root
+
+    root = _opened(uri, debug, ancestry)
     if as_json or output_format is LineageFormat.json:
         typer.echo(json.dumps(ancestry_json(root), indent=2))
     elif output_format is LineageFormat.mermaid:
@@ -91,6 +80,64 @@ def lineage(
             typer.echo(f"verify: {len(problems)} problem(s) in {count} artifact(s)", err=True)
             raise typer.Exit(1)
         typer.echo(f"verify: all files of {count} artifact(s) match their digests", err=True)
+
+
+class RolloutsFormat(StrEnum):
+    table = "table"
+    jsonl = "jsonl"
+
+
+@app.command()
+def rollouts(
+    uri: str = typer.Argument(..., help="A checkpoint of an RL or distillation stage: URI, name in the default store, "
+                                        "or STAGE:latest."),
+    step: int = typer.Option(None, "--step", help="Only this training step's samples."),
+    limit: int = typer.Option(10, "--limit", min=1, help="At most this many samples."),
+    output_format: RolloutsFormat = typer.Option(RolloutsFormat.table, "--format", help="table (for people) or jsonl "
+                                                 "(every column, with the prompt and completion decoded)."),
+    debug: bool = typer.Option(False, "--debug", help="On an error, show the traceback as well."),
+) -> None:
+    """Show the samples a checkpoint's stage trained on, decoded, with their rewards and advantages."""
+    from infra.store import open_artifact
+    from posttrain.rollouts_view import decoded_samples, samples_table
+
+    def samples_of(resolved: str):
+        checkpoint = open_artifact(resolved)
+        return checkpoint, decoded_samples(checkpoint, step, limit)
+
+    checkpoint, samples = _opened(uri, debug, samples_of)
+    if not samples:
+        typer.echo(f"{checkpoint.uri}: no samples on record" + (f" at step {step}" if step is not None else ""), err=True)
+        raise typer.Exit(1)
+    if output_format is RolloutsFormat.jsonl:
+        for sample in samples:
+            typer.echo(json.dumps(sample))
+    else:
+        console.print(samples_table(samples))
+
+
+def _opened(uri: str, debug: bool, open_resolved):
+    """`open_resolved(resolved URI)` for a URI, a name in the default store or STAGE:latest; a bad name, a missing
+    or uncommitted artifact, an unreachable or unauthorized store is one line and exit 2."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from infra.references import LATEST, resolve_checkpoint
+    from infra.store import open_store
+    from infra.store.errors import ArtifactStoreError
+
+    if not debug:  # an unreachable store is retried for seconds; the one line after says why it failed
+        logging.getLogger("infra.store.retry").setLevel(logging.ERROR)
+    try:
+        if uri.endswith(LATEST) and "://" not in uri:  # STAGE:latest, the newest checkpoint of that stage
+            resolved = resolve_checkpoint(open_store(), uri, "URI")
+        else:
+            resolved = uri if "://" in uri else open_store().open(uri).uri
+        return open_resolved(resolved)
+    except (ArtifactStoreError, ValueError, OSError, BotoCoreError, ClientError) as error:
+        if debug:
+            raise
+        typer.echo(f"error: {uri}: {error}" if uri not in str(error) else f"error: {error}", err=True)
+        raise typer.Exit(2) from error
 
 
 @app.command()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.tree import Tree
 
-from infra.lineage import AncestryNode
+from infra.lineage import AncestryNode, RolloutsSummary, rollouts_summary
 
 
 def _label(node: AncestryNode) -> str:
@@ -31,8 +31,19 @@ def ancestry_tree(root: AncestryNode) -> Tree:
     return tree
 
 
+def _rollouts_label(summary: RolloutsSummary) -> str:
+    parts = [f"[bold]rollouts[/bold] {summary.line()}"]
+    parts += [f"  reward {module.path} (source {module.source_sha256[:16]})" for module in summary.reward_modules]
+    return "\n".join(parts)
+
+
 def _grow(branch: Tree, node: AncestryNode, on_path: set[str]) -> None:
+    summary = rollouts_summary(node)
+    if summary is not None:  # one line for the samples it trained on, not a branch per step's shard
+        branch.add(_rollouts_label(summary))
     for child in node.children:
+        if child.role == "rollouts":
+            continue
         if child.uri in on_path:
             branch.add(f"[yellow]cycle back to {child.uri}[/yellow]")
             continue

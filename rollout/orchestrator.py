@@ -154,6 +154,6 @@ class Orchestrator:
             "prompt_id": spec.row["id"], "task": spec.task, "prompt_ids": segment.prompt_ids,
             "response_ids": segment.response_ids, "loss_mask": segment.loss_mask,
             "rollout_logprobs": segment.logprobs, "weight_versions": sorted(segment.weight_versions),
-            "reward": reward, "status": status,
+            "turn_starts": segment.turn_starts, "reward": reward, "status": status,
             "t_start": started, "t_end": time.time(), "gen_seconds": timing["gen"], "env_seconds": timing["env"],
         }

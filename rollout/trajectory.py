@@ -22,6 +22,7 @@ class Segment:
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     weight_versions: list[int] = field(default_factory=list)
+    turn_starts: list[int] = field(default_factory=list)  # where each generated turn begins in response_ids
 
     def sequence(self) -> list[int]:
         return self.prompt_ids + self.response_ids
@@ -47,6 +48,7 @@ class TrajectoryBuilder:
             self.segments.append(current)
         if len(sample.output_logprobs) != len(sample.output_ids):
             raise ValueError(f"{len(sample.output_logprobs)} logprobs for {len(sample.output_ids)} generated tokens")
+        current.turn_starts.append(len(current.response_ids))
         current.response_ids += sample.output_ids
         current.loss_mask += [1] * len(sample.output_ids)
         current.logprobs += sample.output_logprobs

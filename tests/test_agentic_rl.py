@@ -7,9 +7,11 @@ import sys
 
 from infra.launch import run_stage_job
 from infra.launchers.local import LocalLaunch
+from infra.rollouts import recorded_shards
 from infra.store import open_store
 from stages.agentic.config import AgenticRlConfig
 from stages.common.events import parse_event
+from tests.rollout_checks import check_advantages
 
 
 def agentic_config(store, run_id, **overrides):
@@ -49,6 +51,18 @@ def test_async_steps_train_on_finished_groups_and_push_weights_to_every_replica(
     lineage = open_store(small_store["root"]).open(config.output_name).lineage()
     assert done["checkpoint"].endswith(config.output_name) and lineage["parents"][0]["uri"] == small_store["init"]
     assert lineage["config"]["tasks"] == {"search": 1.0, "calc": 1.0}
+    # Every trained segment is on record with its rollout's centred advantage and how stale it was.
+    shards = recorded_shards(open_store(small_store["root"]).open(config.output_name))
+    assert [shard.step for shard in shards] == [1, 2, 3]
+    rows = [row for shard in shards for row in shard.table().to_pylist()]
+    check_advantages(rows, lambda rewards: rewards - rewards.mean())
+    for step, shard in zip(steps, shards, strict=True):
+        table = shard.table().to_pylist()
+        assert step["recorded_samples"] == len(table) >= config.groups_per_step * config.group_size
+        ages = {str(age): sum(1 for row in table if row["staleness"] == age) for age in {row["staleness"] for row in table}}
+        assert set(ages) == set(step["staleness"])  # the same ages the step reported
+    assert all(row["turn_starts"] and row["turn_starts"][0] == 0 and row["task"] in ("search", "calc") for row in rows)
+    assert all(row["t_start"] is not None and len(row["old_logprobs"]) == len(row["response_ids"]) for row in rows)
 
 
 def test_sigkill_then_rerun_resumes_from_the_last_committed_step_with_its_weights_on_the_replicas(small_store, tmp_path):
@@ -77,3 +91,9 @@ def test_sigkill_then_rerun_resumes_from_the_last_committed_step_with_its_weight
     assert set(steps[0]["staleness"]) == {"0"}
     done = next(e for e in events if e["event"] == "done")
     assert done["resumed_from"].endswith("step-000002") and store.is_committed(config.output_name)
+    # The record lists each step once: steps 1-2 as the killed run wrote them, 3-4 as the rerun trained them.
+    shards = recorded_shards(store.open(config.output_name))
+    assert [shard.step for shard in shards] == [1, 2, 3, 4] and len({s.artifact.uri for s in shards}) == 4
+    resumed = recorded_shards(store.open(config.resume_prefix + "step-000002"))
+    assert [s.artifact.uri for s in shards[:2]] == [s.artifact.uri for s in resumed]
+    assert [len(shard.table()) for shard in shards[2:]] == [s["recorded_samples"] for s in steps]

@@ -30,6 +30,11 @@ TOKEN = st.integers(0, 2**31 - 1)
 JSON_OBJECT = st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), TEXT, st.booleans()), max_size=3)
 
 
+# Multiples of 1/1024 down to -976: exact in float32 (so the round trip compares equal) and drawn
+# without the rejection sampling that bounded width-32 floats need.
+LOGPROB = st.integers(-(10**6), 0).map(lambda steps: steps / 1024)
+
+
 @st.composite
 def rollout_rows(draw):
     length = draw(st.integers(1, MAX_TOKENS))
@@ -43,13 +48,22 @@ def rollout_rows(draw):
         "prompt_ids": draw(st.lists(TOKEN, min_size=1, max_size=MAX_TOKENS)),
         "response_ids": per_token(TOKEN),
         "loss_mask": per_token(st.sampled_from([0, 1])),
-        # Multiples of 1/1024 down to -976: exact in float32 (so the round trip compares equal) and
-        # drawn without the rejection sampling that bounded width-32 floats need.
-        "rollout_logprobs": per_token(st.integers(-(10**6), 0).map(lambda steps: steps / 1024)),
+        "rollout_logprobs": per_token(LOGPROB),
         "weight_versions": sorted(draw(st.lists(st.integers(0, 2**40), min_size=1, max_size=4))),
         "reward": draw(st.none() | FINITE),
         "status": draw(st.sampled_from(STATUSES)),
         "t_start": draw(FINITE), "t_end": draw(FINITE), "gen_seconds": draw(FINITE), "env_seconds": draw(FINITE),
+        # What the training stage adds: any of it may be absent.
+        "stage": draw(st.none() | TEXT), "step": draw(st.none() | st.integers(0, 2**40)),
+        "old_logprobs": per_token(LOGPROB) if draw(st.booleans()) else None,
+        "teacher_logprobs": per_token(LOGPROB) if draw(st.booleans()) else None,
+        "reward_scores": draw(st.none() | st.lists(st.fixed_dictionaries({"module": TEXT, "score": st.none() | FINITE}),
+                                                   max_size=3)),
+        "reward_input": draw(st.none() | JSON_OBJECT.map(json.dumps)),
+        "advantage": draw(st.none() | FINITE), "staleness": draw(st.none() | st.integers(0, 2**40)),
+        "masked_fraction": draw(st.none() | st.floats(0.0, 1.0)),
+        "turn_starts": draw(st.none() | st.lists(st.integers(0, length - 1), min_size=1, max_size=3).map(sorted)),
+        "anchor": draw(st.none() | st.booleans()),
     }
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from flows.distill import headline
+from infra.rollouts import recorded_shards
 from infra.store import open_store
 from stages.distill.config import DistillConfig, TeacherSpec
 from stages.prepare import publish_prompts
@@ -54,8 +55,19 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
     assert [(p["role"], p["uri"]) for p in lineage["parents"]] == [
         ("init", small_store["init"]), ("teacher", small_store["init"]), ("teacher", small_store["init"]),
         ("teacher", sft_checkpoint)]
-    assert {(i["uri"], i["contract"]) for i in lineage["inputs"]} == {
+    assert {(i["uri"], i["contract"]) for i in lineage["inputs"] if i["role"] == "data"} == {
         (arith, "chat@1"), *((uri, "chat@1") for uri in agent_sets), (instruct.uri, "prompt@1")}
+    # The samples it trained on are on record with the teacher's logprob of every token: where the teacher is
+    # the student as it was at step 1, it is the trainer's own logprob of the token (the record is aligned).
+    shards = recorded_shards(store.open(config.output_name))
+    assert [shard.step for shard in shards] == [1, 2]
+    rows = [row for shard in shards for row in shard.table().to_pylist()]
+    assert {row["task"] for row in rows} >= {"reasoning_rl", "instruct"} and {"calc", "search"} & {r["task"] for r in rows}
+    for row in rows:
+        assert row["reward"] is None and row["advantage"] is None and row["staleness"] == 0
+        if row["task"] != "instruct" and row["step"] == 1:
+            gaps = [abs(t - o) for t, o, m in zip(row["teacher_logprobs"], row["old_logprobs"], row["loss_mask"], strict=True) if m]
+            assert max(gaps) < 1e-3
     done = [e for e in events if e["event"] == "done"]
     assert done[0]["checkpoint"] == store.open(config.output_name).uri
 

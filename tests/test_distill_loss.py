@@ -53,7 +53,8 @@ def test_per_token_advantages_keep_the_icepop_gate_and_the_clip():
 
 
 def test_teacher_logprobs_land_on_the_response_targets_and_kl_is_reported_per_teacher():
-    rows = sample_rows([sample([1, 2, 3], [4, 5]), sample([1], [6, 7, 8])], ["reasoning_rl", "general_rl"])
+    prompts = [RlPrompt(f"p{i}", (), None, [], {"teacher": teacher}) for i, teacher in enumerate(["reasoning_rl", "general_rl"])]
+    rows = sample_rows([sample([1, 2, 3], [4, 5]), sample([1], [6, 7, 8])], prompts, "s1-r0")
     aligned = response_aligned([len(r.prompt_ids) for r in rows], [[-1.0, -2.0], [-3.0, -4.0, -5.0]], width=4)
     # Target t predicts token t + 1: the first response token of a 3-token prompt is target 2.
     assert aligned.tolist() == [[0.0, 0.0, -1.0, -2.0], [-3.0, -4.0, -5.0, 0.0]]
@@ -69,8 +70,9 @@ def episode(rollout_id, status, rows):
 
 def test_an_episode_trains_the_models_turns_only_and_a_failed_environment_trains_nothing():
     # Two model turns (tokens 4-5 and 8) with the environment's reply (6-7) between them, as one segment.
-    turns = {"prompt_ids": [1, 2], "response_ids": [4, 5, 6, 7, 8], "loss_mask": [1, 1, 0, 0, 1],
-             "rollout_logprobs": [-0.1, -0.2, 0.0, 0.0, -0.3]}
+    turns = {"sample_id": "a/0", "prompt_id": "p", "task": "calc", "prompt_ids": [1, 2], "response_ids": [4, 5, 6, 7, 8],
+             "loss_mask": [1, 1, 0, 0, 1], "rollout_logprobs": [-0.1, -0.2, 0.0, 0.0, -0.3], "weight_versions": [0],
+             "status": "ok", "turn_starts": [0, 4]}
     rows = episode_rows([episode("a", "ok", [turns]), episode("b", "env_error", [turns])], ["agentic_rl"] * 2)
     assert len(rows) == 1 and rows[0].teacher == "agentic_rl" and rows[0].loss_mask == [1, 1, 0, 0, 1]
     batch = padded_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows], pad_id=0)

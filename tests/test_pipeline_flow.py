@@ -11,7 +11,10 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, ArtifactFilterType
 
 from flows.pipeline import pipeline
+from infra.openlineage import dataset_name, events_file
+from infra.rollouts import recorded_shards
 from infra.store import open_store
+from tests.openlineage_checks import check_complete_event, read_events, validate_event
 
 pytestmark = pytest.mark.slow
 
@@ -57,11 +60,26 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
     assert [(p["role"], p["uri"]) for p in distill_lineage["parents"]] == [
         ("init", general["checkpoint"]), ("teacher", rl["checkpoint"]), ("teacher", agentic["checkpoint"]),
         ("teacher", general["checkpoint"])]
-    assert {i["contract"] for i in distill_lineage["inputs"]} == {"chat@1", "prompt@1"}
+    assert {i["contract"] for i in distill_lineage["inputs"]} == {"chat@1", "prompt@1", "rollout@1"}
     assert set(distilled["retention"]) == {"reasoning_rl", "agentic_rl", "general_rl"}
     assert distilled["teacher_scores"]["reasoning_rl/arith/accuracy_sampled"] == rl["metrics_after"]["arith/accuracy_sampled"]
     assert {"reasoning_rl/arith/accuracy_sampled", "agentic_rl/tool_success", "general_rl/rule_compliance"} <= set(
         distilled["metrics_after"])
+    # Each RL stage and distillation lists the samples it trained on; every stage run is an OpenLineage run
+    # (START, then COMPLETE with its lineage.json's inputs and its checkpoint) an auditor's tool can read.
+    store = open_store(params.store)
+    for stage in written["stages"]:
+        shards = recorded_shards(store.open(stage["checkpoint"]))
+        assert bool(shards) == (stage["stage"] not in ("sft", "train_orm")), stage["stage"]
+    events = read_events(events_file())
+    for stage in written["stages"]:
+        output = dataset_name(stage["checkpoint"])
+        (complete,) = [e for e in events if e["eventType"] == "COMPLETE"
+                       and (e["outputs"][0]["namespace"], e["outputs"][0]["name"]) == output]
+        (start,) = [e for e in events if e["eventType"] == "START" and e["run"]["runId"] == complete["run"]["runId"]]
+        for event in (start, complete):
+            validate_event(event)
+        check_complete_event(complete, store.open(stage["checkpoint"]))
     report = (run_dir / "report.md").read_text()
     for name in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl", "distill"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
@@ -78,6 +96,14 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
     assert [row["stage"] for row in rows if row["stage"]] == [s["stage"] for s in written["stages"]]
     assert {row["checkpoint"] for row in rows if row["checkpoint"]} == {s["checkpoint"] for s in written["stages"]}
     assert {"metric", "before", "after"} <= set(rows[0])
+    # While they trained, the RL stages and distillation showed what the policy wrote, decoded, with its reward.
+    keys = ["reasoning-rl-samples", "agentic-rl-samples", "general-rl-samples", "distill-samples"]
+    with get_client(sync_client=True) as client:
+        shown = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
+    assert {artifact.key for artifact in shown} == set(keys)
+    for artifact in shown:
+        samples = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
+        assert samples and all(sample["completion"] and "reward" in sample for sample in samples)
     with get_client(sync_client=True) as client:
         progress = client.read_artifacts(artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"])))
     assert any(a.data == 100.0 and (a.description or "").startswith("pipeline: 6 of 6 stages done") for a in progress)

@@ -3,17 +3,24 @@
 import json
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
 from safetensors.torch import load_file
+from typer.testing import CliRunner
 
 from infra.launch import StageFailed, run_stage_job
 from infra.launchers.local import LocalLaunch
+from infra.rollouts import SHARD_FILE, recorded_shards
 from infra.store import open_store
 from model.presets import build_model
+from model.tokenizer import load_tokenizer
+from posttrain.cli import app
 from stages.common.events import parse_event
 from stages.common.policy import freeze_matching
 from stages.grpo.config import ReasoningRlConfig
+from stages.grpo.loss import group_advantages
+from tests.rollout_checks import check_advantages, check_scores
 
 
 class ShortReplies:
@@ -59,7 +66,7 @@ def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_line
     rewards = [{"path": "tests.test_reasoning_rl:ShortReplies"}, {"path": "rewards.verifiers.ArithExactMatch", "weight": 2.0}]
     # Two engines behind SGLang's router (one engine runs in the pipeline's smoke test and test_compute).
     config = rl_config(small_store, "rl-steps", rewards=rewards, frozen=["*.mlp.gate.weight"], replicas=2,
-                       prompts_per_step=6)
+                       prompts_per_step=6, record={"show_every": 1, "show_samples": 2})
     events, _ = run_job(config, tmp_path)
 
     steps = [e for e in events if e["event"] == "step"]
@@ -93,6 +100,34 @@ def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_line
     routers = [name for name in before if name.endswith(".mlp.gate.weight")]
     assert routers and all(torch.equal(before[name], after[name]) for name in routers)
     assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+
+    # Every trained sample is on record, one shard per step, and the record is true.
+    shards = recorded_shards(committed)
+    assert [shard.step for shard in shards] == [1, 2, 3]
+    rows = [row for shard in shards for row in shard.table().to_pylist()]  # each validated against rollout@1
+    assert len(rows) == 3 * config.prompts_per_step * config.group_size == sum(s["recorded_samples"] for s in steps)
+    assert all(s["recorded_bytes"] > 0 for s in steps)
+    check_advantages(rows, lambda rewards: group_advantages(rewards.unsqueeze(0))[0])
+    check_scores(rows, config.rewards, load_tokenizer(tmp_path / "out"))
+    assert {row["weight_versions"][0] for row in rows} == {0, 1, 2} and {row["staleness"] for row in rows} == {0}
+    assert all(row["masked_fraction"] == 0 and len(row["old_logprobs"]) == len(row["response_ids"]) for row in rows)
+    local = [shard.artifact.download(tmp_path / "shards" / str(shard.step)) / SHARD_FILE for shard in shards]
+    loaded = datasets.load_dataset("parquet", data_files=[str(path) for path in local], split="train",
+                                   cache_dir=str(tmp_path / "hf"))
+    assert loaded.num_rows == len(rows) and loaded[0]["reward_scores"] == rows[0]["reward_scores"]
+    # Decoded samples went out while it trained, and `posttrain rollouts` shows them afterwards.
+    shown = [e for e in events if e["event"] == "samples"]
+    assert [e["step"] for e in shown] == [1, 2, 3] and all(len(e["samples"]) == 2 for e in shown)
+    printed = CliRunner().invoke(app, ["rollouts", committed.uri, "--step", "2", "--limit", "3", "--format", "jsonl"])
+    assert printed.exit_code == 0, printed.output
+    samples = [json.loads(line) for line in printed.output.splitlines()]
+    assert len(samples) == 3 and all(sample["step"] == 2 and sample["completion"] for sample in samples)
+    ancestry = CliRunner().invoke(app, ["lineage", committed.uri, "--verify"])
+    assert ancestry.exit_code == 0, ancestry.output
+    assert "rollouts 72 samples of steps 1-3 in 3 shard(s)" in ancestry.output
+    assert "all files of" in ancestry.output
+    drawn = CliRunner().invoke(app, ["lineage", committed.uri, "--format", "mermaid"]).output
+    assert '["rollouts: 72 samples of steps 1-3 in 3 shard(s)' in drawn and "-->|rollouts|" in drawn
 
 
 def test_a_frozen_glob_that_matches_nothing_is_refused_naming_it(tokenizer):

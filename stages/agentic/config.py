@@ -13,6 +13,7 @@ from stages.common.config import (
     WEIGHT_SYNC_HELP,
     ComputeSettings,
     OptimizerSettings,
+    RolloutRecordSettings,
     SamplingSettings,
     StageIO,
     WeightSync,
@@ -55,6 +56,7 @@ class AgenticRecipe(BaseModel):
     env_latency_median_s: float | None = Field(None, gt=0, description="add a lognormal delay to every env step")
     env_latency_sigma: float = Field(1.0, ge=0)
     checkpoint_every: int = Field(10, ge=1)
+    record: RolloutRecordSettings = RolloutRecordSettings()
 
     _stage_defaults = STAGE_DEFAULTS
     _warmup_within_steps = WARMUP_WITHIN_STEPS

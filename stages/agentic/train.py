@@ -23,7 +23,8 @@ from rollout.weight_delivery import FromDisk
 from stages.agentic.config import AgenticRlConfig
 from stages.agentic.data import agent_task_rows
 from stages.agentic.importance import ImportanceSettings
-from stages.agentic.loss import centred_advantages, direct_is_loss
+from stages.agentic.loss import centred_advantages, direct_is_loss, importance_mask
+from stages.agentic.record import agentic_rows
 from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.finite import FiniteSteps
@@ -53,7 +54,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     shape = step_shape(config.groups_per_step * config.group_size * dist.world_size, dist.world_size,
                        config.compute.micro_batch_size, "groups_per_step × group_size")
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
-    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer)
+    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, record=config.record)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     # Resumed weights count as a push of their own: the first samples carry a version none before had.
@@ -68,12 +69,15 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
             health = rollout_health(groups, version, stale, dropped, failures)  # before this step's push
             step_started = time.monotonic()
             rewards = torch.tensor([[r.reward for r in results] for results in groups], dtype=torch.float32)
-            batch, advantages = segments_batch(groups, centred_advantages(rewards).flatten(), tokenizer.pad_token_id)
+            rollout_advantages = centred_advantages(rewards).flatten()
+            batch, advantages = segments_batch(groups, rollout_advantages, tokenizer.pad_token_id)
             trained = policy_step(
                 engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite, step + 1,
                 importance_loss_of(advantages, config.objective),
                 mean_over="tokens")
             trained_samples += sum(len(results) for results in groups)
+            samples = agentic_rows(config.stage_name, step + 1, groups, rollout_advantages, trained.logp_old,
+                                   importance_mask(trained.logp_old, batch.logp_infer, config.objective), version)
             push_s = 0.0
             if (step + 1) % config.push_every == 0:
                 version += 1
@@ -90,7 +94,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
                 "weight_version": version, "trained_tokens": batch.response_tokens,
                 "train_s": time.monotonic() - step_started - push_s, "push_s": push_s, "peak_memory_mb": peak_memory_mb(),
                 "samples_per_s": trained_samples / (time.monotonic() - started), "replicas": producer.replica_stats(),
-            })
+            }, samples=samples)
     return checkpointer.finish()
 
 

@@ -3,7 +3,8 @@
 A checkpoint is a Hugging Face directory (safetensors + config + tokenizer) with DeepSpeed's resume
 state under `deepspeed/`, the trainer's own state in `trainer_state.json`, every step's metrics so far
 in `metrics.jsonl`, and its lineage (with the eval summary: the `heldout_*` metrics of the last step
-that computed them). Only rank 0 commits; a crash before `_SUCCESS` leaves nothing a reader or a
+that computed them, and for a stage that records its samples, the shards of every step's trained samples
+as `rollouts` inputs: stages/common/rollout_record.py). Only rank 0 commits; a crash before `_SUCCESS` leaves nothing a reader or a
 resume would pick up.
 """
 
@@ -28,11 +29,12 @@ from data_contracts.lineage import (
 from infra.launch import JOB_ID_ENV
 from infra.publish import data_input, parent_ref, publish_for_inputs, published_contract
 from infra.store import ArtifactStore, CommittedArtifact, open_store
-from stages.common.config import Provenance, StageIO
+from stages.common.config import Provenance, RolloutRecordSettings, StageIO
 from stages.common.distributed import barrier
 from stages.common.finite import check_finite_parameters
 from stages.common.hf_weights import save_hf
 from stages.common.inputs import StageInputs
+from stages.common.rollout_record import RolloutRecord
 
 # Wall-clock measurements (seconds, rates: every key ending in `_s`), how requests happened to spread over
 # replicas and a process's peak memory differ between two runs of one config. They are left out of the
@@ -143,11 +145,16 @@ class StageCheckpointer:
     """
 
     def __init__(self, config: StageIO, stage: StageInputs, engine, model, tokenizer, *,
-                 reward_refs: Sequence[RewardModuleRef] = (), teachers: Sequence[CommittedArtifact] = ()):
+                 reward_refs: Sequence[RewardModuleRef] = (), teachers: Sequence[CommittedArtifact] = (),
+                 record: RolloutRecordSettings | None = None):
         self.config, self.stage, self.engine, self.model, self.tokenizer = config, stage, engine, model, tokenizer
         self.reward_refs, self.teachers = list(reward_refs), list(teachers)
         self.history: list[dict] = []
         self.resumed_from: str | None = None
+        self.rollouts = None if record is None else RolloutRecord(
+            stage.store, record, stage=config.stage_name, prefix=f"{config.output_name}-rollouts/",
+            template=self.lineage(f"{config.stage_name} {config.run_id}", []), dist=stage.dist,
+            scratch=stage.workdir / "rollouts", events=stage.events, tokenizer=tokenizer)
 
     def resume(self) -> int:
         """Restore the last committed step into the engine (and its history); the step to start from."""
@@ -158,14 +165,19 @@ class StageCheckpointer:
         step, artifact = latest
         state = restore(self.engine, artifact, stage.workdir / "resume", step, stage.dist.local_rank == 0)
         self.history, self.resumed_from = state["history"], artifact.uri
+        if self.rollouts is not None:
+            self.rollouts.restore(state.get("rollouts", {}))
         stage.events.emit("resumed", step=step, checkpoint=artifact.uri)
         return step
 
-    def end_of_step(self, record: dict) -> None:
-        """Keep and announce the step's metrics; commit resume state when the step is due one."""
+    def end_of_step(self, record: dict, samples: list[dict] | None = None) -> None:
+        """Keep and announce the step's metrics, with its trained `samples` (rollout@1 rows) on record when
+        the stage records them; commit resume state when the step is due one."""
+        step = record["step"]
+        if self.rollouts is not None and samples is not None:
+            record = {**record, **self.rollouts.write(step, samples)}
         self.history.append(record)
         self.stage.events.emit("step", total=self.config.max_steps, **record)
-        step = record["step"]
         if step % self.config.checkpoint_every == 0 and step < self.config.max_steps:
             uri = self.commit(step, step_artifact_name(self.config.resume_prefix, step))
             self.stage.events.emit("committed", step=step, checkpoint=uri)
@@ -173,6 +185,8 @@ class StageCheckpointer:
     def finish(self) -> str | None:
         """Commit the final checkpoint and announce it; its URI (None on ranks other than 0)."""
         uri = self.commit(self.config.max_steps, self.config.output_name)
+        if self.rollouts is not None:
+            self.rollouts.close()
         self.stage.events.emit("done", checkpoint=uri, resumed_from=self.resumed_from, already_committed=False,
                                **eval_summary(self.history))
         return uri
@@ -182,18 +196,24 @@ class StageCheckpointer:
         check_finite_parameters(self.model, f"{config.stage_name} {config.run_id} step {step}")
         local = stage.workdir.parent / "commit" / f"step-{step}"
         history = [stable_metrics(record) for record in self.history]
-        save_local(self.engine, self.model, self.tokenizer, local, step, {"history": history}, stage.dist.is_main)
+        rollouts = self.rollouts.inputs(step) if self.rollouts is not None else []
+        state = {"history": history, **({"rollouts": self.rollouts.state()} if self.rollouts is not None else {})}
+        save_local(self.engine, self.model, self.tokenizer, local, step, state, stage.dist.is_main)
         if stage.dist.is_main:
             (local / METRICS).write_text("".join(json.dumps(record) + "\n" for record in history))
-        lineage = stage_lineage(
-            name=f"{config.stage_name} {config.run_id} step {step}", config=config.model_dump(mode="json"),
-            seed=config.seed, init=stage.init,
-            inputs=[data_input(dataset, None, published_contract(dataset)) for dataset in stage.datasets],
-            provenance=config.provenance, reward_modules=self.reward_refs,
-            reward_models=reward_model_checkpoints(self.reward_refs, stage.store), teachers=self.teachers,
-            eval_summary=eval_summary(self.history),
-        )
+        lineage = self.lineage(f"{config.stage_name} {config.run_id} step {step}", rollouts)
         uri = commit(stage.store, name, local, lineage, stage.dist.is_main)
         if stage.dist.local_rank == 0:  # committed (or failed): the local copy is only scratch
             shutil.rmtree(local, ignore_errors=True)
         return uri
+
+    def lineage(self, name: str, rollouts: list[DataInput]) -> Lineage:
+        """The stage's lineage record: its datasets and the `rollouts` it trained on as inputs."""
+        config, stage = self.config, self.stage
+        return stage_lineage(
+            name=name, config=config.model_dump(mode="json"), seed=config.seed, init=stage.init,
+            inputs=[*(data_input(dataset, None, published_contract(dataset)) for dataset in stage.datasets), *rollouts],
+            provenance=config.provenance, reward_modules=self.reward_refs,
+            reward_models=reward_model_checkpoints(self.reward_refs, stage.store), teachers=self.teachers,
+            eval_summary=eval_summary(self.history),
+        )

@@ -152,6 +152,18 @@ class SamplingSettings(BaseModel):
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens)
 
 
+class RolloutRecordSettings(BaseModel):
+    """The trained samples on record (rollout@1 Parquet, one shard per step, committed as the stage runs,
+    listed in the checkpoint's lineage), and a few of them shown while it trains."""
+
+    model_config = STRICT
+    sample_rate: float = Field(1.0, ge=0, le=1, description="share of each step's groups recorded, whole groups "
+                                                            "chosen by group id (0: none)")
+    show_every: int = Field(5, ge=0, description="after the first step and every this many, decoded samples go to "
+                                                 "the run's log and a table in the UI (0: never)")
+    show_samples: int = Field(3, ge=1, description="how many samples each table shows")
+
+
 class HeldoutSettings(BaseModel):
     """The trainer's own held-out metric, computed on the test split while training."""
 

@@ -59,3 +59,9 @@ def padded_batch(sequences: Sequence[tuple[list[int], list[int], list[int], list
         trained[row, start:end] = torch.tensor(mask, dtype=torch.float32)
         logp_infer[row, start:end] = torch.tensor(logprobs)
     return TrainBatch(ids, attention, trained, logp_infer)
+
+
+def response_values(row: torch.Tensor, prompt_length: int, response_length: int) -> list[float]:
+    """A sample's per-target values (its row of a TrainBatch tensor such as logp_infer) at its response tokens."""
+    start = prompt_length - 1
+    return row[start:start + response_length].tolist()

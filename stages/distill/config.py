@@ -13,6 +13,7 @@ from stages.common.config import (
     WEIGHT_SYNC_HELP,
     ComputeSettings,
     OptimizerSettings,
+    RolloutRecordSettings,
     SamplingSettings,
     StageIO,
     WeightSync,
@@ -62,6 +63,7 @@ class DistillRecipe(BaseModel):
                                                      "the trainer's ranks share them")
     weight_sync: WeightSync = Field("distributed", description=WEIGHT_SYNC_HELP)
     checkpoint_every: int = Field(20, ge=1)
+    record: RolloutRecordSettings = RolloutRecordSettings()
 
     _stage_defaults = STAGE_DEFAULTS
     _warmup_within_steps = WARMUP_WITHIN_STEPS

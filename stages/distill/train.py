@@ -41,10 +41,11 @@ from stages.common.training_engine import peak_memory_mb, step_shape
 from stages.distill.config import DistillConfig
 from stages.distill.data import AgentEpisode, draw_prompts, teacher_prompts
 from stages.distill.loss import distill_advantages, response_aligned, reverse_kl_by_teacher
+from stages.distill.record import distill_rows
 from stages.distill.rows import StudentRow, episode_rows, sample_rows
 from stages.distill.teachers import teacher_engines, teacher_logprobs
 from stages.grpo.icepop import IcePopSettings
-from stages.grpo.loss import grpo_icepop_loss
+from stages.grpo.loss import grpo_icepop_loss, icepop_in_band
 
 
 def train(config: DistillConfig, stage: StageInputs) -> str:
@@ -60,7 +61,8 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
     model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
     shape = step_shape(config.prompts_per_step, dist.world_size, config.compute.micro_batch_size, "prompts_per_step")
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
-    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, teachers=teachers)
+    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, teachers=teachers,
+                                     record=config.record)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
@@ -105,7 +107,8 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
                 **(episode_metrics(episodes, dist) if agent_tasks else {}),
                 **throughput(batch, rollout_s, teacher_s, train_s, dist),
                 "weight_version": step, "peak_memory_mb": all_mean(peak_memory_mb()),
-            })
+            }, samples=distill_rows(config.stage_name, step + 1, dist.rank, rows, trained.logp_old, logp_teacher,
+                                    icepop_in_band(trained.logp_old, batch.logp_infer, config.objective)))
     return checkpointer.finish()
 
 
@@ -145,7 +148,7 @@ def student_rows(student: EngineClient | FleetClient, prompts: list, sampling: S
              for i, episode in enumerate(episodes)]
     results = play_episodes(specs, student.base_url, services, tokenizer, sampling.model_copy(update={"sampling_seed": None}),
                             config.episode, routed=isinstance(student, FleetClient)) if specs else []
-    rows = sample_rows(samples, [p.metadata["teacher"] for p in replies]) + episode_rows(results, [e.teacher for e in episodes])
+    rows = sample_rows(samples, replies, batch_id) + episode_rows(results, [e.teacher for e in episodes])
     if not rows:
         raise RuntimeError(f"batch {batch_id}: nothing to train, the environment failed in every episode: "
                            + "; ".join(sorted({r.failure or "" for r in results})))

@@ -32,7 +32,8 @@ from stages.common.training_engine import peak_memory_mb, step_shape
 from stages.grpo.anchors import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
 from stages.grpo.config import AnchorSettings, GeneralRlConfig, GrpoRecipe, ReasoningRlConfig
 from stages.grpo.icepop import IcePopSettings
-from stages.grpo.loss import group_advantages, grpo_icepop_loss, zero_signal_groups
+from stages.grpo.loss import group_advantages, grpo_icepop_loss, icepop_in_band, zero_signal_groups
+from stages.grpo.record import grpo_rows
 from stages.grpo.rewards import WeightedReward, group_rewards, informative_groups
 
 
@@ -49,7 +50,8 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
     shape = step_shape(config.prompts_per_step * config.group_size, dist.world_size, config.compute.micro_batch_size,
                        "prompts_per_step × group_size")
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size, frozen=config.frozen)
-    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, reward_refs=reward_refs)
+    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, reward_refs=reward_refs,
+                                     record=config.record)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
@@ -68,15 +70,14 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 samples = with_anchor_members(step_prompts, samples, config.group_size, tokenizer)
             rollout_s = time.monotonic() - started
             started = time.monotonic()
-            rewards_by_group, reward_means, kept = group_rewards(
-                step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s
-            )
+            scored = group_rewards(step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s)
             reward_s = time.monotonic() - started
-            zero_signal = zero_signal_groups(rewards_by_group) / len(step_prompts)
-            reward_mean = float(rewards_by_group.mean())  # over every sampled group, trained or not
-            chosen = informative_groups(rewards_by_group, kept, share)
-            samples = [samples[g * config.group_size + i] for g in chosen for i in range(config.group_size)]
-            rewards_by_group, kept = rewards_by_group[chosen], [kept[g] for g in chosen]
+            zero_signal = zero_signal_groups(scored.total) / len(step_prompts)
+            reward_mean = float(scored.total.mean())  # over every sampled group, trained or not
+            chosen = informative_groups(scored.total, scored.kept, share)
+            members = [g * config.group_size + i for g in chosen for i in range(config.group_size)]
+            samples, scores = [samples[m] for m in members], [scored.scores[m] for m in members]
+            rewards_by_group, kept = scored.total[chosen], [scored.kept[g] for g in chosen]
 
             started = time.monotonic()
             batch = train_batch(samples, tokenizer.pad_token_id)
@@ -88,13 +89,16 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite,
                                   step + 1, loss_of, mean_over="sequences")
             train_s = time.monotonic() - started
+            # The tokens IcePop kept, on record: the gate compares the trainer's θ_old with what sampled each token.
+            in_band = icepop_in_band(trained.logp_old, behaviour_logprobs(batch.logp_infer, trained.logp_old,
+                                                                          is_anchor_member), config.objective)
             started = time.monotonic()
             policy.push(step + 1)
             push_s = time.monotonic() - started
 
             checkpointer.end_of_step({
                 "step": step + 1, "loss": all_mean(trained.loss), "lr": engine.get_lr()[0],
-                **{name: all_mean(value) for name, value in reward_means.items()},
+                **{name: all_mean(value) for name, value in scored.means.items()},
                 "reward_mean": all_mean(reward_mean),
                 **{name: all_mean(value) for name, value in trained.stats.items()},
                 "zero_signal_group_fraction": all_mean(zero_signal),
@@ -104,7 +108,8 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 # Where the step's time went (bench/grpo_step.py reads them), averaged over ranks.
                 **{f"{part}_s": all_mean(value) for part, value in (("generate", rollout_s), ("reward", reward_s),
                                                                    ("train", train_s), ("push", push_s))},
-            })
+            }, samples=grpo_rows(config.stage_name, step + 1, dist.rank, [step_prompts[g] for g in chosen], samples,
+                                 scores, rewards_by_group, advantages, is_anchor_member, trained.logp_old, in_band))
     return checkpointer.finish()
 
 

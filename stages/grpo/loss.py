@@ -33,6 +33,12 @@ def zero_signal_groups(rewards: torch.Tensor) -> int:
     return int((rewards == rewards[:, :1]).all(dim=1).sum())
 
 
+def icepop_in_band(logp_old: torch.Tensor, logp_infer: torch.Tensor, settings: IcePopSettings) -> torch.Tensor:
+    """Where 1/β ≤ π_train/π_infer ≤ β: the tokens IcePop keeps."""
+    rho = torch.exp(logp_old - logp_infer).detach()
+    return (rho >= 1.0 / settings.beta) & (rho <= settings.beta)
+
+
 def grpo_icepop_loss(
     logp_new: torch.Tensor,
     logp_old: torch.Tensor,
@@ -52,7 +58,7 @@ def grpo_icepop_loss(
     if (lengths == 0).any():
         raise ValueError(f"response {int((lengths == 0).nonzero()[0])} has no tokens to train")
     rho = torch.exp(logp_old - logp_infer).detach()
-    in_band = (rho >= 1.0 / settings.beta) & (rho <= settings.beta)
+    in_band = icepop_in_band(logp_old, logp_infer, settings)
     pop = torch.where(in_band, rho, torch.zeros_like(rho))
     ratio = torch.exp(logp_new - logp_old.detach())
     advantage = (advantages[:, None] if advantages.dim() == 1 else advantages).to(logp_new.dtype)

@@ -19,36 +19,44 @@ class WeightedReward:
     weight: float
 
 
+@dataclass(frozen=True)
+class GroupRewards:
+    total: torch.Tensor  # [groups, G]: the weighted sum of the modules' scores
+    means: dict[str, float]  # reward/<module>: each module's mean over the samples it scored
+    kept: list[bool]  # per group: every sample scorable
+    scores: list[list[dict]]  # per sample: {"module", "score"} of every module (None: could not score it)
+
+
+def reward_sample(prompt: RlPrompt, text: str) -> RewardSample:
+    """What a reward module reads of a completion of `prompt` (RL samples are generated thinking)."""
+    return RewardSample(prompt.messages, text, prompt.reference, {**prompt.metadata, "thinking": True})
+
+
 def group_rewards(
     prompts: Sequence[RlPrompt], samples: Sequence[Sample], group_size: int, rewards: Sequence[WeightedReward],
     tokenizer, timeout_s: float,
-) -> tuple[torch.Tensor, dict[str, float], list[bool]]:
-    """[groups, G] weighted rewards; per-module means; which groups are kept.
+) -> GroupRewards:
+    """Every sample scored by every module, weighted and summed per group.
 
     A group with any unscorable (None) sample is dropped whole: its advantages would be computed
     against a partial group. Dropped groups are counted by the caller, never scored as 0.
     """
     texts = [tokenizer.decode(s.output_ids, skip_special_tokens=False) for s in samples]
-    reward_samples = [
-        RewardSample(prompts[i // group_size].messages, text, prompts[i // group_size].reference,
-                     {**prompts[i // group_size].metadata, "thinking": True})
-        for i, text in enumerate(texts)
-    ]
+    reward_samples = [reward_sample(prompts[i // group_size], text) for i, text in enumerate(texts)]
     total = torch.zeros(len(samples), dtype=torch.float64)
     scorable = torch.ones(len(samples), dtype=torch.bool)
-    means = {}
+    means, scores = {}, [[] for _ in samples]
     for reward in rewards:
-        scores = score_batch(reward.module, reward_samples, timeout_s)
-        valid = [s for s in scores if s is not None]
+        module_scores = score_batch(reward.module, reward_samples, timeout_s)
+        valid = [s for s in module_scores if s is not None]
         means[f"reward/{reward.name}"] = sum(valid) / len(valid) if valid else float("nan")
-        for i, score in enumerate(scores):
+        for i, score in enumerate(module_scores):
+            scores[i].append({"module": reward.name, "score": score})
             if score is None:
                 scorable[i] = False
             else:
                 total[i] += reward.weight * score
-    groups = total.view(-1, group_size)
-    kept = scorable.view(-1, group_size).all(dim=1).tolist()
-    return groups, means, kept
+    return GroupRewards(total.view(-1, group_size), means, scorable.view(-1, group_size).all(dim=1).tolist(), scores)
 
 
 def informative_groups(rewards: torch.Tensor, kept: Sequence[bool], count: int) -> list[int]:

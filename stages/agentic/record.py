@@ -1,0 +1,33 @@
+"""An agentic RL step's trained rollouts as rollout@1 rows: every segment of every group member (a refilled
+group's repeated members again, as they were trained), with its rollout's reward and advantage, its
+staleness against the weights it trained, and how much of it the importance-sampling gate dropped."""
+
+from __future__ import annotations
+
+import torch
+
+from stages.common.rl_batches import response_values
+from stages.common.rollout_record import masked_fraction
+
+
+def agentic_rows(stage: str, step: int, groups: list, advantages: torch.Tensor, logp_old: torch.Tensor,
+                 kept: torch.Tensor, trained_version: int) -> list[dict]:
+    """`groups` as the step trained them (lists of RolloutResult); `advantages` one per rollout in that order;
+    `logp_old` and `kept` the step's [segments, L-1] trainer logprobs and gate, segments in that order."""
+    records, rollout, segment = [], 0, 0
+    for results in groups:
+        group_id = f"{stage}/step-{step}/{results[0].spec.group_id}"
+        for member, result in enumerate(results):
+            for index, row in enumerate(result.rows):
+                prompt, response = len(row["prompt_ids"]), len(row["response_ids"])
+                records.append({
+                    **row, "sample_id": f"{group_id}/member-{member}/segment-{index}", "group_id": group_id,
+                    "session_id": f"{group_id}/member-{member}", "reward": result.reward,
+                    "advantage": float(advantages[rollout]),
+                    "old_logprobs": response_values(logp_old[segment], prompt, response),
+                    "staleness": trained_version - min(row["weight_versions"]),
+                    "masked_fraction": masked_fraction(response_values(kept[segment], prompt, response), row["loss_mask"]),
+                })
+                segment += 1
+            rollout += 1
+    return records
