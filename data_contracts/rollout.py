@@ -66,7 +66,7 @@ ROLLOUT_V1 = Contract(
             optional("anchor", pa.bool_()),
         ]
     ),
-    token_columns=("prompt_ids", "response_ids", "loss_mask", "rollout_logprobs"),
+    token_columns=("prompt_ids", "response_ids", "loss_mask", "rollout_logprobs", "old_logprobs", "teacher_logprobs"),
     checks=(
         same_length("loss_mask", "response_ids"),
         same_length("rollout_logprobs", "response_ids"),

@@ -95,9 +95,12 @@ def publish_lineage_card(stage: str, checkpoint_uri: str, lineage: Lineage) -> N
         "| role | uri | digest |",
         "|---|---|---|",
         *(f"| {p.role} | `{p.uri}` | `{p.digest[:16]}` |" for p in lineage.parents),
-        *(f"| input ({d.contract}) | `{d.uri}` | `{d.digest[:16]}` |" for d in lineage.inputs),
+        *(f"| input ({d.contract}) | `{d.uri}` | `{d.digest[:16]}` |" for d in lineage.inputs if d.role == "data"),
         *(f"| reward `{m.path}` | source | `{m.source_sha256[:16]}` |" for m in lineage.reward_modules),
         "",
+        *([f"Trained on {sum(d.rows or 0 for d in rollouts):,} recorded samples in {len(rollouts)} shard(s): "
+           f"`posttrain rollouts {checkpoint_uri}`", ""] if (rollouts := [d for d in lineage.inputs if d.role == "rollouts"])
+          else []),
         f"Verify: `posttrain lineage {checkpoint_uri} --verify`",
     ]
     create_markdown_artifact(markdown="\n".join(lines), key=f"{stage}-lineage".replace("_", "-"),

@@ -61,6 +61,11 @@ def rollout_row(i):
         "rollout_logprobs": [-0.5, -0.25, 0.0, -1.0], "weight_versions": [3, 3, 4],
         "reward": 1.0 if i % 2 else None, "status": "ok",
         "t_start": 10.0, "t_end": 12.5, "gen_seconds": 2.0, "env_seconds": 0.5,
+        # What the stage that trained on it records.
+        "stage": "agentic_rl", "step": 7, "old_logprobs": [-0.5, -0.5, -2.0, -1.0], "teacher_logprobs": None,
+        "reward_scores": [{"module": "exact", "score": 1.0}, {"module": "judge", "score": None}],
+        "reward_input": '{"prompt": [], "reference": "4", "metadata": {}}', "advantage": 0.5 if i % 2 else -0.5,
+        "staleness": 1, "masked_fraction": 1 / 3, "turn_starts": [0, 3], "anchor": False,
     }
 
 
@@ -152,6 +157,11 @@ VIOLATIONS = {
     "decreasing weight versions": (ROLLOUT_V1, with_row(rows_of(ROLLOUT_V1), 1, weight_versions=[4, 3]),
                                    "weight_versions"),
     "unknown status": (ROLLOUT_V1, with_row(rows_of(ROLLOUT_V1), 1, status="done"), "status"),
+    "trainer logprobs shorter than response": (ROLLOUT_V1, with_row(rows_of(ROLLOUT_V1), 1, old_logprobs=[-1.0]),
+                                               "old_logprobs"),
+    "masked fraction above 1": (ROLLOUT_V1, with_row(rows_of(ROLLOUT_V1), 1, masked_fraction=1.5), "masked_fraction"),
+    "reward input not JSON": (ROLLOUT_V1, with_row(rows_of(ROLLOUT_V1), 1, reward_input="{prompt"), "reward_input"),
+    "turns out of order": (ROLLOUT_V1, with_row(rows_of(ROLLOUT_V1), 1, turn_starts=[3, 0]), "turn_starts"),
     "unknown thinking mode": (CHAT_V1, with_row(rows_of(CHAT_V1), 1, thinking_mode="always"), "thinking_mode"),
     "no messages": (CHAT_V1, with_row(rows_of(CHAT_V1), 1, messages=[]), "messages"),
     "unknown role": (CHAT_V1, with_message(rows_of(CHAT_V1), 1, 0, role="developer"), "messages.role"),
@@ -336,9 +346,11 @@ def test_token_columns_are_not_dictionary_encoded(tmp_path):
         chunk = row_group.column(index)
         assert chunk.compression == "SNAPPY"
         encodings[chunk.path_in_schema.split(".")[0]] = chunk.encodings
-    for column in ROLLOUT_V1.schema.names:
-        dictionary_encoded = "RLE_DICTIONARY" in encodings[column]
-        assert dictionary_encoded == (column not in ROLLOUT_V1.token_columns), column
+    for field in ROLLOUT_V1.schema:
+        if pa.types.is_boolean(field.type):
+            continue  # Parquet bit-packs booleans; it has no dictionary encoding for them
+        dictionary_encoded = "RLE_DICTIONARY" in encodings[field.name]
+        assert dictionary_encoded == (field.name not in ROLLOUT_V1.token_columns), field.name
 
 
 def test_nested_non_token_columns_are_dictionary_encoded(tmp_path):
@@ -382,6 +394,8 @@ def token_table(rows, tokens_per_row, chunks):
         "reward": pa.array(np.zeros(rows)),
         "status": pa.array(np.full(rows, "ok")),
     } | {name: pa.array(np.zeros(rows)) for name in ("t_start", "t_end", "gen_seconds", "env_seconds")}
+    # What a training stage adds is left null here.
+    columns |= {field.name: pa.nulls(rows, field.type) for field in ROLLOUT_V1.schema if field.name not in columns}
     table = pa.table(columns).cast(ROLLOUT_V1.schema)
     size = -(-rows // chunks)
     return pa.concat_tables([table.slice(start, size) for start in range(0, rows, size)])

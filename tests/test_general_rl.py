@@ -54,7 +54,8 @@ def test_general_rl_trains_on_prompts_and_records_every_mixed_module_in_lineage(
     refs = {ref["path"]: ref for ref in lineage["reward_modules"]}
     assert set(refs) == {"rewards.mix.MixedReward", "rewards.rules.InstructGate", "rewards.rules.InstructSoft"}
     assert all(len(ref["source_sha256"]) == 64 for ref in refs.values())
-    assert [i["contract"] for i in lineage["inputs"]] == [PROMPT_V1.id]
+    assert [i["contract"] for i in lineage["inputs"] if i["role"] == "data"] == [PROMPT_V1.id]
+    assert {i["contract"] for i in lineage["inputs"] if i["role"] == "rollouts"} == {"rollout@1"}
 
 
 def test_chat_prompts_train_with_the_orm_and_anchor_replies_as_off_policy_members(small_store, trained_orm, tmp_path,

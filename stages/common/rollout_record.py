@@ -111,7 +111,9 @@ class RolloutRecord:
         for step in sorted(s for s in self.shards if s <= through_step):
             for name in self.shards[step]:
                 artifact = self.store.open(name)
-                inputs.append(DataInput(uri=artifact.uri, digest=artifact.digest, rows=self.rows.get(name),
+                if name not in self.rows:  # a shard of the run this one resumed: its lineage has its size
+                    self.rows[name] = artifact.lineage()["config"]["rows"]
+                inputs.append(DataInput(uri=artifact.uri, digest=artifact.digest, rows=self.rows[name],
                                         contract=ROLLOUT_V1.id, role="rollouts"))
         return inputs
 
