@@ -40,6 +40,8 @@ from infra.store import CommittedArtifact
 
 log = logging.getLogger(__name__)
 
+# Who wrote the events: this project (OpenLineage asks for a URI).
+PRODUCER = "urn:posttrain"
 EVENTS_FILE_ENV = "POSTTRAIN_OPENLINEAGE_FILE"
 NAMESPACE_ENV = "POSTTRAIN_OPENLINEAGE_NAMESPACE"
 # OpenLineage's own settings: when any is set, events also go where they say.
@@ -139,10 +141,6 @@ class StageRunEvents:
             except Exception as error:  # noqa: BLE001 (a lineage server's outage must not fail training)
                 log.warning("OpenLineage %s event of %s not delivered by %s: %s", state.value, self.stage,
                             client.transport.kind, error)
-
-
-# Who wrote the events: this project (OpenLineage asks for a URI).
-PRODUCER = "urn:posttrain"
 
 
 def events_file() -> Path:
