@@ -5,11 +5,17 @@ ties (ReLU scores of 0 are common) differently for different key counts, so deco
 re-forward of the same tokens can attend to different keys: the SPEC's reasoning RL needs them to agree.
 `DsaIndexer` replaces it in place with the same parameter names, so checkpoints stay plain transformers ones.
 
+Sparse attention (`set_dense_attention(model, False)`) runs as sparse-gather attention (model/dsa_gather.py):
+each query attends over its selected keys only, and the indexer scores keys a chunk of queries at a time, so
+neither ever holds a [batch, queries, heads, keys] tensor.
+
 Indexer warm-up (SPEC "Model"): `set_dense_attention(model, True)`, switch to eager attention, then per batch
 
     with recording_indexer_scores(model) as records:
         out = model(ids, attention_mask=mask, output_attentions=True)
     indexer_kl_loss(out.attentions, records, mask).backward()  # reaches only the indexers
+
+The sparse phase records the same way, with the scores of the selected keys only.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (
     GlmMoeDsaAttention,
@@ -28,26 +35,38 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (
     apply_rotary_pos_emb_interleave,
 )
 
+from model.dsa_gather import SPARSE_GATHER
+
+# Indexer scores (queries × heads × keys) computed at once when selecting keys: 64 MiB in float32.
+SELECTION_CHUNK_ELEMENTS = 1 << 24
+
 
 @dataclass
 class IndexerRecord:
     """One indexer call, as the indexer loss needs it."""
 
     layer_idx: int
-    scores: torch.Tensor  # [B, S, T] float32, -inf at masked keys; carries gradient to the indexer only
+    scores: torch.Tensor  # float32, -inf at masked keys; carries gradient to the indexer only. Dense: [B, S, T]
+    # over every key; sparse: [B, S, k], the score of each selected key, in `selected`'s order.
     selected: torch.Tensor  # [B, S, k] int64: the keys the main attention was restricted to
+    sparse: bool = False
 
 
 def stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """The `k` highest-scoring keys of each query, equal scores going to the most recent key.
+    """The `k` highest-scoring keys of each query, in key order; equal scores go to the most recent keys.
 
     Ranking by (score, position) makes a query's choice independent of the keys after it: with a KV cache they
     do not exist, in a full forward they are -inf and sort behind every valid key. `torch.topk` promises no
-    order among equal scores, and in practice picks differently for different key counts.
+    order among equal scores, and in practice picks differently for different key counts: it only finds the
+    k-th score here. Keys above it are in; of the keys equal to it, the newest fill the remaining places.
     """
-    # A stable sort keeps equal scores in key order; on the flipped key axis that order is newest first.
-    newest_first = torch.sort(scores.flip(-1), dim=-1, descending=True, stable=True).indices[..., :k]
-    return scores.shape[-1] - 1 - newest_first
+    kth = scores.topk(k, dim=-1).values[..., -1:]
+    above, tied = scores > kth, scores == kth
+    places_left = k - above.sum(dim=-1, keepdim=True)
+    tied_from_newest = tied.flip(-1).cumsum(-1).flip(-1)  # 1 at the newest tied key, 2 at the next …
+    chosen = above | (tied & (tied_from_newest <= places_left))
+    # Exactly k per query: `nonzero` lists them row by row, each row in key order.
+    return chosen.nonzero()[:, -1].view(*scores.shape[:-1], k)
 
 
 class DsaIndexer(GlmMoeDsaIndexer):
@@ -75,19 +94,30 @@ class DsaIndexer(GlmMoeDsaIndexer):
             batch_size, queries, keys = *hidden_states.shape[:2], attention_mask.shape[-1]
             return torch.arange(keys, device=hidden_states.device, dtype=torch.int32).expand(batch_size, queries, keys)
         # Detached inputs: only the indexer loss trains the indexer, and it never reaches the rest of the model.
-        # The graph is built whenever grad is on, recording or not: gradient checkpointing recomputes this call
-        # after the recording has ended and needs the same graph. Unrecorded, it is freed on return.
-        scores = self.index_scores(hidden_states.detach(), q_resid.detach(), position_embeddings, attention_mask, cache)
+        q, k, weights = self.index_inputs(hidden_states.detach(), q_resid.detach(), position_embeddings, cache)
+        allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
         if self.dense:
+            # The warm-up's loss reads every key's score. The graph is built whenever grad is on, recording or
+            # not: gradient checkpointing recomputes this call after the recording has ended and needs the same
+            # graph. Unrecorded, it is freed on return.
+            scores = key_scores(q, k, weights, allowed, self.softmax_scale)
             selected = torch.arange(scores.shape[-1], device=scores.device).expand(scores.shape)
+            sparse = False
         else:
-            selected = stable_topk(scores.detach(), min(self.index_topk, scores.shape[-1]))
+            with torch.no_grad():
+                selected = select_keys(q, k, weights, allowed, self.softmax_scale, min(self.index_topk, k.shape[1]))
+            # The sparse phase's loss reads the selected keys' scores only; a frozen indexer (RL) or no gradient
+            # at all (evaluation, serving) reads none, unrecorded.
+            scores = selected_scores(q, k, weights, allowed, self.softmax_scale, selected) \
+                if q.requires_grad or self.recording else None
+            sparse = True
         if self.recording:
-            self.record = IndexerRecord(self.layer_idx, scores, selected)
+            self.record = IndexerRecord(self.layer_idx, scores, selected, sparse)
         return selected.to(torch.int32)
 
-    def index_scores(self, hidden_states, q_resid, position_embeddings, attention_mask, cache) -> torch.Tensor:
-        """I[b, t, s] = Σ_j w[t, j] · ReLU(q[t, j] · k[s]), computed as transformers computes it; [B, S, T]."""
+    def index_inputs(self, hidden_states, q_resid, position_embeddings, cache):
+        """The indexer's queries [B, S, H, D], keys [B, T, D] (through the cache) and head weights [B, S, H],
+        in float32, computed as transformers computes them."""
         batch_size, seq_len, _ = hidden_states.shape
         rope_split = [self.qk_rope_head_dim, self.head_dim - self.qk_rope_head_dim]
         q = self.wq_b(q_resid).view(batch_size, seq_len, self.n_heads, self.head_dim)
@@ -100,15 +130,39 @@ class DsaIndexer(GlmMoeDsaIndexer):
         k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)  # [B, S, D]
         if cache is not None:
             k = cache.update_indexer(k, self.layer_idx)  # [B, T, D]
-
-        per_head = F.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * self.softmax_scale)
         weights = self.weights_proj(hidden_states.to(self.weights_proj.weight.dtype)).float() * self.n_heads**-0.5
-        scores = torch.matmul(weights.unsqueeze(-2), per_head).squeeze(-2)
+        return q.float(), k.float(), weights
 
-        # The mask is boolean or additive (0 / dtype-min). -inf rather than dtype-min keeps masked keys out of
-        # the indexer's softmax and behind every valid key in the top-k.
-        allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
-        return scores.masked_fill(~allowed, float("-inf"))
+
+def key_scores(q, k, weights, allowed, scale: float) -> torch.Tensor:
+    """I[b, t, s] = Σ_j w[t, j] · ReLU(q[t, j] · k[s]) over every key: [B, S, T], -inf where `allowed` is False.
+
+    -inf rather than dtype-min keeps masked keys out of the indexer's softmax and behind every valid key in the
+    top-k. Each query's scores come from its own [H, D] × [D, T] product, so a chunk of queries, or one query
+    decoding with a KV cache, scores exactly as the whole sequence does.
+    """
+    per_head = F.relu(torch.matmul(q, k.transpose(-1, -2).unsqueeze(1)) * scale)
+    scores = torch.matmul(weights.unsqueeze(-2), per_head).squeeze(-2)
+    return scores.masked_fill(~allowed, float("-inf"))
+
+
+def select_keys(q, k, weights, allowed, scale: float, topk: int) -> torch.Tensor:
+    """Each query's `stable_topk` keys [B, S, topk], scoring a chunk of queries at a time so that no
+    [B, S, H, T] tensor ever exists."""
+    chunk = max(1, SELECTION_CHUNK_ELEMENTS // (q.shape[2] * k.shape[1]))
+    parts = [stable_topk(key_scores(q[:, start:start + chunk], k, weights[:, start:start + chunk],
+                                    allowed[:, start:start + chunk], scale), topk)
+             for start in range(0, q.shape[1], chunk)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+def selected_scores(q, k, weights, allowed, scale: float, selected: torch.Tensor) -> torch.Tensor:
+    """The indexer's scores of the selected keys only, [B, S, k] in `selected`'s order, -inf where not allowed."""
+    batch, queries, topk = selected.shape
+    keys = k.gather(1, selected.reshape(batch, -1, 1).expand(-1, -1, k.shape[-1])).view(batch, queries, topk, -1)
+    per_head = F.relu(torch.einsum("bshd,bskd->bshk", q, keys) * scale)
+    scores = torch.matmul(weights.unsqueeze(-2), per_head).squeeze(-2)
+    return scores.masked_fill(~allowed.gather(-1, selected), float("-inf"))
 
 
 def install_dsa_indexers(model: nn.Module) -> list[DsaIndexer]:
@@ -135,9 +189,22 @@ def install_dsa_indexers(model: nn.Module) -> list[DsaIndexer]:
 def set_dense_attention(model: nn.Module, dense: bool, score_keys: bool = True) -> None:
     """Dense: every query attends to all its causal keys; the indexer still scores them for its loss
     unless `score_keys` is False, which skips the indexer (dense training before DSA is switched on,
-    dense evaluation)."""
-    for indexer in install_dsa_indexers(model):
+    dense evaluation).
+
+    Sparse switches the model to sparse-gather attention; dense switches it back to SDPA from there (a caller
+    that needs eager attention's probabilities sets eager afterwards). A model without DSA is left alone.
+    """
+    indexers = install_dsa_indexers(model)
+    for indexer in indexers:
         indexer.dense, indexer.score_keys = dense, score_keys
+    if not indexers:
+        return
+    # The outermost transformers model: `modules()` lists a module before its children.
+    causal_lm = next(m for m in model.modules() if isinstance(m, PreTrainedModel))
+    if not dense:
+        causal_lm.set_attn_implementation(SPARSE_GATHER)
+    elif causal_lm.config._attn_implementation == SPARSE_GATHER:
+        causal_lm.set_attn_implementation("sdpa")
 
 
 @contextlib.contextmanager
@@ -164,14 +231,13 @@ def indexer_kl_loss(
     attentions: Sequence[torch.Tensor | None],
     records: Sequence[IndexerRecord],
     attention_mask: torch.Tensor | None = None,
-    restrict_to_selected: bool = False,
 ) -> torch.Tensor:
     """GLM-5 / DeepSeek-V3.2 indexer loss: KL(p ‖ softmax(I)), averaged over non-padding queries and layers.
 
-    p is the layer's main attention (`attentions`, from `output_attentions=True` under eager attention) summed
-    over heads and L1-normalised per query, detached. `attention_mask` is the [B, S] padding mask the model got.
-    Warm-up runs with dense attention over all causal keys; `restrict_to_selected` (the sparse phase)
-    renormalises both distributions over the keys each query selected.
+    p is the layer's main attention (`attentions`, from `output_attentions=True` under eager or sparse-gather
+    attention) summed over heads and L1-normalised per query, detached. `attention_mask` is the [B, S] padding
+    mask the model got. Warm-up records run with dense attention over all causal keys; sparse records (the
+    sparse phase) hold the selected keys' scores, and both distributions are renormalised over those keys.
     """
     if not records:
         raise ValueError("no indexer records: call the model inside `recording_indexer_scores`, loss after it")
@@ -180,13 +246,14 @@ def indexer_kl_loss(
         # Without eager attention transformers returns no probabilities (an empty tuple, or None per layer).
         if record.layer_idx >= len(attentions) or attentions[record.layer_idx] is None:
             raise ValueError("attention probabilities missing: use eager attention and output_attentions=True")
-        attention = attentions[record.layer_idx]
-        target = attention.detach().float().sum(dim=1)  # [B, S, T]
+        if record.scores is None:
+            raise ValueError("no indexer scores recorded: record with gradients on, or with the indexer trainable")
+        target = attentions[record.layer_idx].detach().float().sum(dim=1)  # [B, S, keys]
+        if record.sparse and target.shape[-1] != record.selected.shape[-1]:
+            # Masked attention over every key (eager): the selected keys' probabilities, in `selected`'s order.
+            # Sparse-gather attention returns exactly these already.
+            target = target.gather(-1, record.selected)
         logits = record.scores
-        if restrict_to_selected:
-            selected = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, record.selected, True)
-            target = target.masked_fill(~selected, 0)
-            logits = logits.masked_fill(~selected, float("-inf"))
         if attention_mask is None:
             target, logits = target.flatten(0, 1), logits.flatten(0, 1)
         else:  # padding queries may have no valid key at all: drop them before any softmax

@@ -5,27 +5,30 @@ from __future__ import annotations
 import torch
 
 from model.dsa import indexer_kl_loss, recording_indexer_scores, set_dense_attention
+from model.dsa_gather import SPARSE_GATHER
 from stages.common.batches import Batch, TokenizedSample, collate
 from stages.common.finite import FiniteSteps
 from stages.common.micro_batches import micro_slices
 from stages.sft.objective import SftObjective
 
 
-def _forward(objective, batch: Batch, restrict_to_selected: bool):
+def _forward(objective, batch: Batch):
     """`objective` is an SftObjective, or the DeepSpeed engine wrapping one."""
     with recording_indexer_scores(objective) as records:
         lm, attentions = objective(batch.input_ids, batch.attention_mask, batch.loss_mask, output_attentions=True)
-    indexer = indexer_kl_loss(attentions, records, batch.attention_mask, restrict_to_selected)
+    indexer = indexer_kl_loss(attentions, records, batch.attention_mask)
     return lm, indexer
 
 
+# Before DSA is switched on the model trains alone: SDPA, indexer skipped. The warm-up's loss reads eager
+# attention's probabilities over every key; the sparse phase's, sparse-gather attention's over the selected keys.
+PHASE_ATTENTION = {"dense": "sdpa", "indexer_warmup": "eager", "sparse": SPARSE_GATHER}
+
+
 def enter_phase(objective: SftObjective, phase: str) -> None:
-    """Attention for a DSA phase (stages.sft.config.DsaSchedule). Before DSA is switched on the model
-    trains alone: SDPA, indexer skipped. The warm-up and sparse phases need eager attention, whose
-    probabilities the indexer loss reads."""
-    dense_model_only = phase == "dense"
-    objective.causal_lm.set_attn_implementation("sdpa" if dense_model_only else "eager")
-    set_dense_attention(objective, dense=phase != "sparse", score_keys=not dense_model_only)
+    """Attention for a DSA phase (stages.sft.config.DsaSchedule)."""
+    set_dense_attention(objective, dense=phase != "sparse", score_keys=phase != "dense")
+    objective.causal_lm.set_attn_implementation(PHASE_ATTENTION[phase])
 
 
 def train_step(engine, samples: list[TokenizedSample], pad_id: int, micro: int, phase: str, indexer_weight: float,
@@ -49,7 +52,7 @@ def train_step(engine, samples: list[TokenizedSample], pad_id: int, micro: int, 
                 lm, _ = engine(batch.input_ids, batch.attention_mask, batch.loss_mask)
                 indexer = torch.zeros((), device=lm.device)
             else:
-                lm, indexer = _forward(engine, batch, restrict_to_selected=phase == "sparse")
+                lm, indexer = _forward(engine, batch)
             step_losses["lm"] += lm.item() * lm_share
             step_losses["indexer"] += indexer.item() * query_share
             indexer_part = indexer_weight * indexer * query_share

@@ -1,0 +1,127 @@
+"""Sparse-gather attention (model/dsa_gather.py) against transformers' masked path on the same weights."""
+
+import copy
+
+import pytest
+import torch
+
+from model import dsa, dsa_gather
+from model.dsa import indexer_kl_loss, recording_indexer_scores, set_dense_attention, stable_topk
+from model.dsa_gather import SPARSE_GATHER
+from model.logprobs import next_token_logprobs
+from model.presets import build_model
+
+
+def random_ids(tokenizer, batch, length, seed=0):
+    return torch.randint(0, len(tokenizer), (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def sparse_pair(tokenizer, seed=0):
+    """The same sparse model twice: sparse-gather attention, and transformers' mask over SDPA attention."""
+    gather = build_model("glm5-tiny", tokenizer, seed=seed)
+    set_dense_attention(gather, False)
+    masked = copy.deepcopy(gather)
+    masked.set_attn_implementation("sdpa")
+    return gather, masked
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of a few queries, so a test-sized sequence crosses many chunk boundaries."""
+    monkeypatch.setattr(dsa, "SELECTION_CHUNK_ELEMENTS", 2 * 1024)
+    monkeypatch.setattr(dsa_gather, "GATHER_CHUNK_ELEMENTS", 16 * 1024)
+
+
+def logprobs(model, ids, mask):
+    return next_token_logprobs(model(ids, attention_mask=mask).logits, ids)
+
+
+def test_stable_topk_prefers_recent_keys_and_never_masked_ones():
+    inf = float("inf")
+    scores = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0, -inf, -inf]])
+    assert stable_topk(scores, 3).tolist() == [[2, 3, 4]]
+    assert stable_topk(scores[:, :5], 3).tolist() == [[2, 3, 4]]  # as if the masked keys were not there yet
+    assert stable_topk(scores, 6).tolist() == [[0, 1, 2, 3, 4, 6]]
+
+
+def test_stable_topk_picks_the_set_a_stable_sort_by_score_then_recency_picks():
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 4, (64, 40), generator=generator).float()  # many exact ties
+    scores[:, 30:] = float("-inf")
+    for k in (1, 5, 30, 35):
+        newest_first = torch.sort(scores.flip(-1), dim=-1, descending=True, stable=True).indices[..., :k]
+        expected = (scores.shape[-1] - 1 - newest_first).sort(dim=-1).values
+        assert torch.equal(stable_topk(scores, k), expected)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_gather_logprobs_equal_the_masked_path(tokenizer, request, chunked):
+    if chunked:
+        request.getfixturevalue("small_chunks")
+    gather, masked = sparse_pair(tokenizer)
+    ids = random_ids(tokenizer, 2, 4 * gather.config.index_topk)
+    mask = torch.ones_like(ids)
+    mask[1, :25] = 0  # left padding, as batched generation pads
+    with torch.no_grad():
+        expected = logprobs(masked, ids, mask)
+        got = logprobs(gather, ids, mask)
+    valid = (mask[:, :-1] * mask[:, 1:]).bool()  # a padding query sees no key: its output means nothing
+    assert (got - expected)[valid].abs().max().item() < 1e-5
+
+
+def test_gather_gradients_equal_the_masked_path(tokenizer, small_chunks):
+    gather, masked = sparse_pair(tokenizer, seed=1)
+    ids = random_ids(tokenizer, 2, 3 * gather.config.index_topk, seed=1)
+    for model in (gather, masked):
+        model.train()
+        model(ids, labels=ids).loss.backward()
+    for (name, ours), (_, theirs) in zip(gather.named_parameters(), masked.named_parameters(), strict=True):
+        if theirs.grad is None:
+            assert ours.grad is None, name
+            continue
+        assert torch.allclose(ours.grad, theirs.grad, atol=1e-5, rtol=1e-4), name
+
+
+@torch.no_grad()
+def test_decoding_with_a_kv_cache_equals_a_re_forward(tokenizer):
+    gather, _ = sparse_pair(tokenizer)
+    gather.eval()
+    prompt = random_ids(tokenizer, 1, 70)
+    assert gather.config.index_topk < 70
+    out = gather.generate(prompt, max_new_tokens=30, min_new_tokens=30, do_sample=False,
+                          output_logits=True, return_dict_in_generate=True)
+    decoded = torch.stack(out.logits, dim=1)
+    refed = gather(out.sequences).logits[:, prompt.shape[1] - 1: -1]
+    assert (decoded - refed).abs().max().item() < 1e-5
+
+
+def test_sparse_indexer_loss_equals_the_masked_paths(tokenizer, small_chunks):
+    """The sparse phase's indexer loss, over the selected keys, from gathered or from masked probabilities."""
+    gather, masked = sparse_pair(tokenizer, seed=2)
+    masked.set_attn_implementation("eager")  # SDPA returns no probabilities
+    ids = random_ids(tokenizer, 2, 3 * gather.config.index_topk, seed=2)
+    losses = []
+    for model in (gather, masked):
+        with recording_indexer_scores(model) as records:
+            out = model(ids, output_attentions=True)
+        loss = indexer_kl_loss(out.attentions, records)
+        loss.backward()
+        losses.append(loss.item())
+        assert all(record.scores.shape == record.selected.shape for record in records)
+    assert losses[0] == pytest.approx(losses[1], abs=1e-6)
+    wq = [dict(model.named_parameters())["model.layers.0.self_attn.indexer.wq_b.weight"].grad for model in (gather, masked)]
+    assert torch.allclose(wq[0], wq[1], atol=1e-6)
+
+
+def test_gather_attention_refuses_a_model_without_top_k():
+    query = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="top-k"):
+        dsa_gather.sparse_gather_attention(torch.nn.Module(), query, query, query, torch.ones(1, 1, 3, 3).bool(), 1.0)
+
+
+def test_dense_switch_leaves_sparse_gather(tokenizer):
+    model = build_model("glm5-tiny", tokenizer)
+    set_dense_attention(model, False)
+    assert model.config._attn_implementation == SPARSE_GATHER
+    set_dense_attention(model, True)
+    assert model.config._attn_implementation == "sdpa"
