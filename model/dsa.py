@@ -148,11 +148,20 @@ def key_scores(q, k, weights, allowed, scale: float) -> torch.Tensor:
 
 def select_keys(q, k, weights, allowed, scale: float, topk: int) -> torch.Tensor:
     """Each query's `stable_topk` keys [B, S, topk], scoring a chunk of queries at a time so that no
-    [B, S, H, T] tensor ever exists."""
-    chunk = max(1, SELECTION_CHUNK_ELEMENTS // (q.shape[2] * k.shape[1]))
-    parts = [stable_topk(key_scores(q[:, start:start + chunk], k, weights[:, start:start + chunk],
-                                    allowed[:, start:start + chunk], scale), topk)
-             for start in range(0, q.shape[1], chunk)]
+    [B, S, H, T] tensor ever exists.
+
+    A chunk scores only the keys up to its last query: the rest are in every one of its queries' future (the
+    last S keys are the S queries'). A query with fewer than `topk` visible keys then fills its selection with
+    other masked keys than a full scoring would, which attention masks out all the same.
+    """
+    queries, keys = q.shape[1], k.shape[1]
+    chunk = max(1, SELECTION_CHUNK_ELEMENTS // (q.shape[2] * keys))
+    parts = []
+    for start in range(0, queries, chunk):
+        end = min(start + chunk, queries)
+        seen = min(keys, max(keys - queries + end, topk))
+        scores = key_scores(q[:, start:end], k[:, :seen], weights[:, start:end], allowed[:, start:end, :seen], scale)
+        parts.append(stable_topk(scores, topk))
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 

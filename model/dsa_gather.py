@@ -29,19 +29,20 @@ def allowed_keys(attention_mask: torch.Tensor) -> torch.Tensor:
     return mask if mask.dtype == torch.bool else mask == 0
 
 
-def _attend(query, key, value, indices, allowed, scaling: float, dropout: float, training: bool):
-    """One chunk of queries [B, H, c, D] over their selected keys `indices` [B, c, k]; `allowed` [B, c, k]."""
-    batch, heads, queries, _ = query.shape
-    rows = indices.reshape(batch, 1, -1, 1)  # the same keys for every head: MLA's keys share one index
-    keys = key.gather(2, rows.expand(batch, heads, -1, key.shape[-1])).view(batch, heads, queries, -1, key.shape[-1])
-    values = value.gather(2, rows.expand(batch, heads, -1, value.shape[-1])).view(
-        batch, heads, queries, -1, value.shape[-1])
-    logits = torch.einsum("bhqd,bhqkd->bhqk", query, keys) * scaling
+def _attend(query, key_rows, value_rows, indices, allowed, scaling: float, dropout: float, training: bool):
+    """One chunk of queries [B, H, c, D] over their selected keys `indices` [B, c, k]; `allowed` [B, c, k].
+
+    `key_rows`/`value_rows` are [B, T, H, D]: one key's heads side by side, so selecting a key copies one
+    contiguous row (MLA's heads share the key's index) rather than gathering element by element.
+    """
+    batch = torch.arange(query.shape[0], device=indices.device)[:, None, None]
+    keys, values = key_rows[batch, indices], value_rows[batch, indices]  # [B, c, k, H, D]
+    logits = torch.einsum("bhqd,bqkhd->bhqk", query, keys) * scaling
     # dtype-min, as transformers' additive masks: a padding query that sees no key stays finite, as in eager.
     logits = logits.masked_fill(~allowed.unsqueeze(1), torch.finfo(logits.dtype).min)
     probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(query.dtype)
     probs = F.dropout(probs, p=dropout, training=training)
-    return torch.einsum("bhqk,bhqkd->bhqd", probs, values), probs
+    return torch.einsum("bhqk,bqkhd->bhqd", probs, values), probs
 
 
 def sparse_gather_attention(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
@@ -58,10 +59,12 @@ def sparse_gather_attention(module, query, key, value, attention_mask, scaling: 
     batch, heads, queries, head_dim = query.shape
     chunk = max(1, GATHER_CHUNK_ELEMENTS // (heads * indices.shape[-1] * max(head_dim, value.shape[-1])))
     recompute = torch.is_grad_enabled() and queries > chunk
+    key_rows, value_rows = key.transpose(1, 2).contiguous(), value.transpose(1, 2).contiguous()
     outputs, probabilities = [], []
     for start in range(0, queries, chunk):
         part = slice(start, start + chunk)
-        args = (query[:, :, part], key, value, indices[:, part], allowed[:, part], scaling, dropout, module.training)
+        args = (query[:, :, part], key_rows, value_rows, indices[:, part], allowed[:, part], scaling, dropout,
+                module.training)
         output, probs = checkpoint(_attend, *args, use_reentrant=False) if recompute else _attend(*args)
         outputs.append(output)
         probabilities.append(probs)
