@@ -130,12 +130,17 @@ def filled_cache(layer, rotary, config, indexer, hidden):
     return cache
 
 
-def measure(fn) -> tuple[float, float]:
+def measure(fn, *args) -> tuple[float, float]:
     with PeakMemory() as memory:
         start = time.perf_counter()
-        fn()
+        fn(*args)
         seconds = time.perf_counter() - start
     return seconds, memory.peak / 2**20
+
+
+def decode_steps(layer, rotary, config, tokens, cache, length):
+    for step, token in enumerate(tokens):
+        decode_step(layer, rotary, config, token, cache, length + step)
 
 
 def main() -> None:
@@ -162,11 +167,10 @@ def main() -> None:
             for variant in VARIANTS:
                 use(variant, config, indexer)
                 layer.zero_grad(set_to_none=True)
-                samples[variant]["train"].append(measure(lambda: train_step(
-                    layer, rotary, config, hidden.clone().requires_grad_(True), length)))
-                cache = copy.deepcopy(context)
-                samples[variant]["decode"].append(measure(lambda: [decode_step(
-                    layer, rotary, config, token, cache, length + step) for step, token in enumerate(tokens)]))
+                samples[variant]["train"].append(measure(
+                    train_step, layer, rotary, config, hidden.clone().requires_grad_(True), length))
+                samples[variant]["decode"].append(measure(
+                    decode_steps, layer, rotary, config, tokens, copy.deepcopy(context), length))
         for variant in VARIANTS:
             row = {"length": length, "variant": variant}
             for kind, measured in samples[variant].items():

@@ -35,7 +35,7 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (
     apply_rotary_pos_emb_interleave,
 )
 
-from model.dsa_gather import SPARSE_GATHER
+from model.dsa_gather import SPARSE_GATHER, latent_sparse_attention
 
 # Indexer scores (queries × heads × keys) computed at once when selecting keys: 64 MiB in float32.
 SELECTION_CHUNK_ELEMENTS = 1 << 24
@@ -174,14 +174,54 @@ def selected_scores(q, k, weights, allowed, scale: float, selected: torch.Tensor
     return scores.masked_fill(~allowed.gather(-1, selected), float("-inf"))
 
 
+class DsaAttention(GlmMoeDsaAttention):
+    """`GlmMoeDsaAttention` that runs sparse-gather attention itself (model/dsa_gather.py) when the model's
+    attention implementation is SPARSE_GATHER, and transformers' forward otherwise.
+
+    transformers' attention functions see only the expanded per-head keys and values; sparse-gather works on
+    MLA's latents, so this forward repeats transformers' projections up to the cache and the indexer.
+    """
+
+    def forward(self, hidden_states, position_embeddings, attention_mask, cache=None, position_ids=None,
+                prev_topk_indices=None, **kwargs):
+        if self.config._attn_implementation != SPARSE_GATHER:
+            return super().forward(hidden_states, position_embeddings, attention_mask, cache=cache,
+                                   position_ids=position_ids, prev_topk_indices=prev_topk_indices, **kwargs)
+        batch_size, seq_length = hidden_states.shape[:-1]
+        q_resid = self.q_a_layernorm(self.q_a_proj(hidden_states))
+        q_states = self.q_b_proj(q_resid).view(batch_size, seq_length, -1, self.qk_head_dim).transpose(1, 2)
+        q_nope, q_rope = torch.split(q_states, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
+        latent, k_rope = torch.split(self.kv_a_proj_with_mqa(hidden_states), [self.kv_lora_rank, self.qk_rope_head_dim],
+                                     dim=-1)
+        latent = self.kv_a_layernorm(latent).view(batch_size, 1, seq_length, self.kv_lora_rank)
+        k_rope = k_rope.view(batch_size, 1, seq_length, self.qk_rope_head_dim)
+        cos, sin = position_embeddings
+        q_rope, k_rope = apply_rotary_pos_emb_interleave(q_rope, k_rope, cos, sin)
+        if cache is not None:
+            latent, k_rope = cache.update(latent, k_rope, self.layer_idx, kwargs=kwargs)
+        if self.indexer is not None:
+            topk_indices = self.indexer(hidden_states, q_resid, position_embeddings, attention_mask[:, 0], position_ids,
+                                        cache=cache)
+        elif prev_topk_indices is None:
+            raise ValueError("Shared DSA layers require top-k indices from a previous full indexer layer.")
+        else:
+            topk_indices = prev_topk_indices
+        output, probs = latent_sparse_attention(self, q_nope, q_rope, latent[:, 0], k_rope[:, 0], topk_indices,
+                                                attention_mask)
+        return self.o_proj(output), probs, topk_indices
+
+
 def install_dsa_indexers(model: nn.Module) -> list[DsaIndexer]:
-    """Replace every layer's indexer by a `DsaIndexer`, in layer order; installing twice changes nothing.
+    """Replace every layer's indexer by a `DsaIndexer`, in layer order, and make every attention a
+    `DsaAttention`; installing twice changes nothing.
 
     The replacement takes over the stock indexer's submodules, so parameters keep their identity, dtype,
-    device and `requires_grad` (an optimizer built earlier still holds the right tensors).
+    device and `requires_grad` (an optimizer built earlier still holds the right tensors). An attention stays
+    the same module with `DsaAttention`'s forward (it adds no state): its hooks (DeepSpeed's) stay too.
     """
     indexers = []
     for attention in [m for m in model.modules() if isinstance(m, GlmMoeDsaAttention)]:
+        attention.__class__ = DsaAttention
         if attention.indexer is None:  # a "shared" layer reuses the previous layer's selection
             continue
         if not isinstance(attention.indexer, DsaIndexer):

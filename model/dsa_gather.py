@@ -1,12 +1,20 @@
-"""Sparse-gather attention for DSA: each query attends over the K/V rows of its selected keys only.
+"""Sparse-gather attention for DSA: each query attends over its selected keys only, in MLA's latent space.
 
 transformers' eager and SDPA paths turn the indexer's top-k into a mask over a full [B, H, S, T] attention, so
-DSA costs dense attention plus the indexer. Under `model.set_attn_implementation(SPARSE_GATHER)` transformers
-hands the top-k to this function instead (`indices`, as it does for FlashMLA's sparse kernel) and the attention
-costs O(S·k) rather than O(S·T). The result equals the masked path's: the same logits over the selected keys,
-the same softmax, keys outside the top-k contributing exactly nothing there (exp of dtype-min is 0).
+DSA costs dense attention plus the indexer. Under `model.set_attn_implementation(SPARSE_GATHER)` our
+`DsaAttention` (model/dsa.py) hands its queries, the cached latents and the top-k to `latent_sparse_attention`
+instead, which costs O(S·k) rather than O(S·T).
 
-Queries are processed in chunks so the gathered K/V of a long sequence are never all alive at once; with
+It uses MLA's weight absorption, as DeepSeek-V3.2's sparse kernels do: a key's heads all come from one latent
+row c (kv_lora_rank) and one shared RoPE key r, and kv_b_proj has no bias, so for head h
+
+    q_h · k_h = (W_uk,hᵀ q_nope,h) · c + q_rope,h · r        Σ_j p_hj v_hj = W_uv,h (Σ_j p_hj c_j)
+
+A selected key then costs one contiguous row of kv_lora_rank + rope floats, shared by every head, instead of
+the heads' expanded keys and values. The result equals the masked path's up to float rounding: the same logits
+over the selected keys, the same softmax, keys outside the top-k contributing exactly nothing there.
+
+Queries are processed in chunks so the gathered rows of a long sequence are never all alive at once; with
 gradients on, each chunk is recomputed in backward (activation checkpointing) instead of kept.
 """
 
@@ -19,7 +27,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import sdpa_mask
 
 SPARSE_GATHER = "dsa_sparse_gather"
-# Gathered key elements (heads × queries × selected keys × head dim) per chunk: 64 MiB in float32.
+# Gathered latent elements (queries × selected keys × latent width) per chunk: 64 MiB in float32.
 GATHER_CHUNK_ELEMENTS = 1 << 24
 
 
@@ -29,50 +37,61 @@ def allowed_keys(attention_mask: torch.Tensor) -> torch.Tensor:
     return mask if mask.dtype == torch.bool else mask == 0
 
 
-def _attend(query, key_rows, value_rows, indices, allowed, scaling: float, dropout: float, training: bool):
-    """One chunk of queries [B, H, c, D] over their selected keys `indices` [B, c, k]; `allowed` [B, c, k].
-
-    `key_rows`/`value_rows` are [B, T, H, D]: one key's heads side by side, so selecting a key copies one
-    contiguous row (MLA's heads share the key's index) rather than gathering element by element.
-    """
-    batch = torch.arange(query.shape[0], device=indices.device)[:, None, None]
-    keys, values = key_rows[batch, indices], value_rows[batch, indices]  # [B, c, k, H, D]
-    logits = torch.einsum("bhqd,bqkhd->bhqk", query, keys) * scaling
+def _attend(queries, rows, indices, allowed, w_uv, latent_width: int, scaling: float, dropout: float,
+            training: bool):
+    """One chunk: `queries` [B, c, H, L+R] (absorbed nope part, then RoPE part) over the latent `rows`
+    [B, T, L+R] at `indices` [B, c, k]; `allowed` [B, c, k]. Returns [B, c, H, Dv] and probabilities [B, c, H, k]."""
+    batch = torch.arange(rows.shape[0], device=indices.device)[:, None, None]
+    selected = rows[batch, indices]  # [B, c, k, L+R]: one contiguous row per key, shared by every head
+    logits = torch.matmul(queries, selected.transpose(-1, -2)) * scaling
     # dtype-min, as transformers' additive masks: a padding query that sees no key stays finite, as in eager.
-    logits = logits.masked_fill(~allowed.unsqueeze(1), torch.finfo(logits.dtype).min)
-    probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(query.dtype)
+    logits = logits.masked_fill(~allowed.unsqueeze(2), torch.finfo(logits.dtype).min)
+    probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(queries.dtype)
     probs = F.dropout(probs, p=dropout, training=training)
-    return torch.einsum("bhqk,bqkhd->bhqd", probs, values), probs
+    latent_out = torch.matmul(probs, selected[..., :latent_width])  # [B, c, H, L]
+    return torch.einsum("bchl,hvl->bchv", latent_out, w_uv), probs
 
 
-def sparse_gather_attention(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0,
-                            indices: torch.Tensor | None = None, **_kwargs):
-    """transformers' attention-function signature: query [B, H, S, D], key/value [B, H, T, D], `indices` the
-    indexer's [B, S, k] selection. Returns the output [B, S, H, Dv] and the probabilities over the selected
-    keys [B, H, S, k], in `indices`' order (the indexer loss of the sparse phase reads them)."""
-    if indices is None:
-        raise ValueError(f"{SPARSE_GATHER!r} attention needs the DSA indexer's top-k: use it on a DSA model only")
-    if attention_mask is None:
-        raise ValueError(f"{SPARSE_GATHER!r} attention needs the model's [B, 1, S, T] mask")
+def latent_sparse_attention(attention, q_nope, q_rope, latent, k_rope, indices, attention_mask):
+    """Sparse MLA attention of `attention` (a GlmMoeDsaAttention) in latent space.
+
+    q_nope [B, H, S, Dn] and q_rope [B, H, S, R] (RoPE applied); latent [B, T, L] and k_rope [B, T, R] (the
+    cache's, RoPE applied); `indices` the indexer's [B, S, k]; `attention_mask` transformers' [B, 1, S, T].
+    Returns the heads' outputs [B, S, H·Dv] (before o_proj) and the probabilities over the selected keys
+    [B, H, S, k], in `indices`' order (the indexer loss of the sparse phase reads them).
+    """
+    heads, latent_width = q_nope.shape[1], latent.shape[-1]
+    w_kv = attention.kv_b_proj.weight.view(heads, attention.qk_nope_head_dim + attention.v_head_dim, latent_width)
+    w_uk, w_uv = w_kv[:, : attention.qk_nope_head_dim], w_kv[:, attention.qk_nope_head_dim :]
+    queries = torch.cat([torch.einsum("bhsn,hnl->bshl", q_nope, w_uk), q_rope.transpose(1, 2)], dim=-1)
+    rows = torch.cat([latent, k_rope], dim=-1)
     indices = indices.long()
     allowed = allowed_keys(attention_mask).gather(-1, indices)
-    batch, heads, queries, head_dim = query.shape
-    chunk = max(1, GATHER_CHUNK_ELEMENTS // (heads * indices.shape[-1] * max(head_dim, value.shape[-1])))
-    recompute = torch.is_grad_enabled() and queries > chunk
-    key_rows, value_rows = key.transpose(1, 2).contiguous(), value.transpose(1, 2).contiguous()
+    dropout = attention.attention_dropout if attention.training else 0.0
+
+    total = queries.shape[1]
+    chunk = max(1, GATHER_CHUNK_ELEMENTS // (indices.shape[-1] * rows.shape[-1]))
+    recompute = torch.is_grad_enabled() and total > chunk
     outputs, probabilities = [], []
-    for start in range(0, queries, chunk):
+    for start in range(0, total, chunk):
         part = slice(start, start + chunk)
-        args = (query[:, :, part], key_rows, value_rows, indices[:, part], allowed[:, part], scaling, dropout,
-                module.training)
+        args = (queries[:, part], rows, indices[:, part], allowed[:, part], w_uv, latent_width, attention.scaling,
+                dropout, attention.training)
         output, probs = checkpoint(_attend, *args, use_reentrant=False) if recompute else _attend(*args)
         outputs.append(output)
         probabilities.append(probs)
-    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
-    probs = probabilities[0] if len(probabilities) == 1 else torch.cat(probabilities, dim=2)
-    return output.transpose(1, 2).contiguous(), probs
+    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+    probs = probabilities[0] if len(probabilities) == 1 else torch.cat(probabilities, dim=1)
+    return output.flatten(2), probs.transpose(1, 2)
 
 
-# Registered under its own name, with SDPA's boolean [B, 1, S, T] mask (which the indexer reads as well).
-AttentionInterface.register(SPARSE_GATHER, sparse_gather_attention)
+def _not_installed(*_args, **_kwargs):
+    raise ValueError(f"{SPARSE_GATHER!r} attention runs in model.dsa.DsaAttention: switch it on with "
+                     "model.dsa.set_dense_attention(model, False), which installs it")
+
+
+# Registered under its own name so transformers accepts it, with SDPA's boolean [B, 1, S, T] mask (which the
+# indexer reads as well). DsaAttention does the attention itself: it needs the latents, which transformers'
+# attention functions never see.
+AttentionInterface.register(SPARSE_GATHER, _not_installed)
 AttentionMaskInterface.register(SPARSE_GATHER, sdpa_mask)

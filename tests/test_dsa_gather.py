@@ -113,10 +113,11 @@ def test_sparse_indexer_loss_equals_the_masked_paths(tokenizer, small_chunks):
     assert torch.allclose(wq[0], wq[1], atol=1e-6)
 
 
-def test_gather_attention_refuses_a_model_without_top_k():
-    query = torch.zeros(1, 2, 3, 4)
-    with pytest.raises(ValueError, match="top-k"):
-        dsa_gather.sparse_gather_attention(torch.nn.Module(), query, query, query, torch.ones(1, 1, 3, 3).bool(), 1.0)
+def test_sparse_gather_needs_our_attention_installed(tokenizer):
+    model = build_model("glm5-tiny", tokenizer)
+    model.set_attn_implementation(SPARSE_GATHER)  # transformers' own attention modules cannot run it
+    with pytest.raises(ValueError, match="set_dense_attention"):
+        model(random_ids(tokenizer, 1, 8))
 
 
 def test_dense_switch_leaves_sparse_gather(tokenizer):
