@@ -5,12 +5,14 @@ three ways in the same process, the three alternating within every round so that
 alike:
   gather  our sparse-gather attention (model/dsa_gather.py): the chunked indexer picks each query's top-k,
           attention reads only those keys' K/V
-  masked  transformers' DSA path: the same top-k turned into a mask over SDPA attention over every key
+  masked  transformers' DSA path: its own indexer (every query's scores for every key and head at once, then
+          torch.topk) and the top-k turned into a mask over SDPA attention over every key
   dense   SDPA attention over every key, no indexer (what the model costs without DSA)
 For each context length: forward+backward of the whole sequence (training; the indexer frozen, as in RL),
 and one decoding step over a KV cache of that many tokens (serving). Time is the median over rounds; peak is
 the resident memory above the start of the measurement, sampled every millisecond, with freed memory handed
-back to the system right away (so one measurement's leftovers do not hide the next one's peak).
+back to the system right away (so one measurement's leftovers do not hide the next one's peak). A variant that
+needs more than `--memory-limit-gib` of address space is reported as OOM.
 
     .venv/bin/python bench/dsa_attention.py                       # glm5-small, 2K–16K, 3 rounds
     .venv/bin/python bench/dsa_attention.py --lengths 2048 4096 --rounds 2 --json
@@ -22,6 +24,7 @@ import argparse
 import copy
 import ctypes
 import json
+import resource
 import statistics
 import sys
 import threading
@@ -86,19 +89,20 @@ _libc.mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD
 
 
 def attention_layer(preset: str, max_positions: int, seed: int):
+    """The layer, with ours and transformers' indexer over the same weights, frozen as in RL (they only select)."""
     config = GlmMoeDsaConfig(vocab_size=64, max_position_embeddings=max_positions, **PRESETS[preset])
     torch.manual_seed(seed)
     layer = GlmMoeDsaAttention(config, layer_idx=1)
-    layer.requires_grad_(True)
-    holder = torch.nn.ModuleList([layer])
-    [indexer] = install_dsa_indexers(holder)
-    indexer.requires_grad_(False)  # frozen, as in RL: the indexer only selects
-    return config, layer, indexer, GlmMoeDsaRotaryEmbedding(config)
+    stock = layer.indexer
+    [ours] = install_dsa_indexers(torch.nn.ModuleList([layer]))  # takes over the stock indexer's submodules
+    ours.requires_grad_(False)
+    return config, layer, {"ours": ours, "stock": stock}, GlmMoeDsaRotaryEmbedding(config)
 
 
-def use(variant: str, config, indexer) -> None:
-    config._attn_implementation, indexer.dense = SETTINGS[variant]
-    indexer.score_keys = not indexer.dense  # dense attention skips the indexer
+def use(variant: str, config, layer, indexers) -> None:
+    config._attn_implementation, dense = SETTINGS[variant]
+    layer.indexer = indexers["stock" if variant == "masked" else "ours"]
+    indexers["ours"].dense, indexers["ours"].score_keys = dense, not dense  # dense attention skips the indexer
 
 
 def causal_mask(length: int, past: int = 0):
@@ -121,19 +125,25 @@ def decode_step(layer, rotary, config, token, cache, length):
 
 
 @torch.no_grad()
-def filled_cache(layer, rotary, config, indexer, hidden):
+def filled_cache(layer, rotary, config, indexers, hidden):
     """A KV cache of the context (latent K/V and indexer keys), filled once by the gather path."""
-    use("gather", config, indexer)
+    use("gather", config, layer, indexers)
     cache = DynamicCache(config=config)
     length = hidden.shape[1]
     layer(hidden, rotary(hidden, torch.arange(length).unsqueeze(0)), causal_mask(length), cache=cache)
     return cache
 
 
-def measure(fn, *args) -> tuple[float, float]:
+def measure(fn, *args) -> tuple[float, float] | None:
+    """(seconds, peak MiB), or None when the work ran out of the address space `--memory-limit-gib` allows."""
     with PeakMemory() as memory:
         start = time.perf_counter()
-        fn(*args)
+        try:
+            fn(*args)
+        except (RuntimeError, MemoryError) as error:  # torch reports a failed allocation as a RuntimeError
+            if "alloc" not in str(error).lower() and not isinstance(error, MemoryError):
+                raise
+            return None
         seconds = time.perf_counter() - start
     return seconds, memory.peak / 2**20
 
@@ -151,21 +161,28 @@ def main() -> None:
     parser.add_argument("--decode-steps", type=int, default=8, help="decoding steps per measurement")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memory-limit-gib", type=float, default=20.0,
+                        help="address space the process may use: a variant that needs more is reported as out of "
+                             "memory instead of the kernel killing the run")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    limit = int(args.memory_limit_gib * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    config, layer, indexer, rotary = attention_layer(args.preset, max(args.lengths) + args.decode_steps, args.seed)
+    config, layer, indexers, rotary = attention_layer(args.preset, max(args.lengths) + args.decode_steps, args.seed)
     results = []
     for length in args.lengths:
         generator = torch.Generator().manual_seed(args.seed + length)
         hidden = torch.randn(1, length, config.hidden_size, generator=generator)
         tokens = torch.randn(args.decode_steps, 1, 1, config.hidden_size, generator=generator)
-        context = filled_cache(layer, rotary, config, indexer, hidden[:, :-1])
+        context = filled_cache(layer, rotary, config, indexers, hidden[:, :-1])
         samples = {variant: {"train": [], "decode": []} for variant in VARIANTS}
         for _ in range(args.rounds):
             for variant in VARIANTS:
-                use(variant, config, indexer)
+                if None in samples[variant]["train"]:  # out of memory once: every round would be
+                    continue
+                use(variant, config, layer, indexers)
                 layer.zero_grad(set_to_none=True)
                 samples[variant]["train"].append(measure(
                     train_step, layer, rotary, config, hidden.clone().requires_grad_(True), length))
@@ -174,14 +191,18 @@ def main() -> None:
         for variant in VARIANTS:
             row = {"length": length, "variant": variant}
             for kind, measured in samples[variant].items():
+                if None in measured:
+                    row[f"{kind}_s"] = row[f"{kind}_peak_mib"] = None  # out of memory
+                    continue
                 seconds = statistics.median(s for s, _ in measured)
                 row[f"{kind}_s"] = round(seconds / (args.decode_steps if kind == "decode" else 1), 5)
                 row[f"{kind}_peak_mib"] = round(max(peak for _, peak in measured), 1)
             results.append(row)
         by_variant = {row["variant"]: row for row in results if row["length"] == length}
         for row in by_variant.values():
-            row["train_speedup_vs_dense"] = round(by_variant["dense"]["train_s"] / row["train_s"], 2)
-            row["decode_speedup_vs_dense"] = round(by_variant["dense"]["decode_s"] / row["decode_s"], 2)
+            for kind in ("train", "decode"):
+                dense, own = by_variant["dense"][f"{kind}_s"], row[f"{kind}_s"]
+                row[f"{kind}_speedup_vs_dense"] = round(dense / own, 2) if dense and own else None
         if not args.json:
             print_rows(list(by_variant.values()), first=length == args.lengths[0])
 
@@ -199,9 +220,14 @@ def print_rows(rows: list[dict], first: bool) -> None:
         print(f"{'context':>8} {'variant':>7} | {'fwd+bwd s':>9} {'× dense':>7} {'peak MiB':>9} | "
               f"{'decode ms':>9} {'× dense':>7} {'peak MiB':>9}")
     for row in rows:
-        print(f"{row['length']:>8} {row['variant']:>7} | {row['train_s']:>9.3f} {row['train_speedup_vs_dense']:>7.2f} "
-              f"{row['train_peak_mib']:>9.1f} | {row['decode_s'] * 1000:>9.2f} {row['decode_speedup_vs_dense']:>7.2f} "
-              f"{row['decode_peak_mib']:>9.1f}", flush=True)
+        cells = [_cell(row["train_s"], 9, ".3f"), _cell(row["train_speedup_vs_dense"], 7, ".2f"),
+                 _cell(row["train_peak_mib"], 9, ".1f"), _cell(row["decode_s"] and row["decode_s"] * 1000, 9, ".2f"),
+                 _cell(row["decode_speedup_vs_dense"], 7, ".2f"), _cell(row["decode_peak_mib"], 9, ".1f")]
+        print(f"{row['length']:>8} {row['variant']:>7} | {' '.join(cells[:3])} | {' '.join(cells[3:])}", flush=True)
+
+
+def _cell(value, width: int, spec: str) -> str:
+    return f"{'OOM':>{width}}" if value is None else f"{value:>{width}{spec}}"
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (
 
 from model.dsa_gather import SPARSE_GATHER, latent_sparse_attention
 
-# Indexer scores (queries × heads × keys) computed at once when selecting keys: 64 MiB in float32.
-SELECTION_CHUNK_ELEMENTS = 1 << 24
+# Indexer scores (queries × heads × keys) computed at once when selecting keys: 16 MiB in float32.
+SELECTION_CHUNK_ELEMENTS = 1 << 22
 
 
 @dataclass
@@ -57,16 +57,21 @@ def stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
 
     Ranking by (score, position) makes a query's choice independent of the keys after it: with a KV cache they
     do not exist, in a full forward they are -inf and sort behind every valid key. `torch.topk` promises no
-    order among equal scores, and in practice picks differently for different key counts: it only finds the
-    k-th score here. Keys above it are in; of the keys equal to it, the newest fill the remaining places.
+    order among equal scores, and in practice picks differently for different key counts: its choice stands
+    only where no key left out ties with the k-th score. The other queries (ReLU zeros, or fewer than k visible
+    keys) take the keys above the k-th score and fill the remaining places with the newest keys equal to it.
     """
-    kth = scores.topk(k, dim=-1).values[..., -1:]
-    above, tied = scores > kth, scores == kth
-    places_left = k - above.sum(dim=-1, keepdim=True)
-    tied_from_newest = tied.flip(-1).cumsum(-1).flip(-1)  # 1 at the newest tied key, 2 at the next …
-    chosen = above | (tied & (tied_from_newest <= places_left))
-    # Exactly k per query: `nonzero` lists them row by row, each row in key order.
-    return chosen.nonzero()[:, -1].view(*scores.shape[:-1], k)
+    values, chosen = scores.topk(k, dim=-1, sorted=False)
+    kth = values.min(dim=-1, keepdim=True).values
+    tied = scores == kth
+    ambiguous = (tied.sum(dim=-1) > (values == kth).sum(dim=-1)).nonzero(as_tuple=True)
+    if ambiguous[0].numel():
+        rows, kth, tied = scores[ambiguous], kth[ambiguous], tied[ambiguous]
+        places_left = k - (rows > kth).sum(dim=-1, keepdim=True)
+        tied_from_newest = tied.flip(-1).cumsum(-1).flip(-1)  # 1 at the newest tied key, 2 at the next …
+        exact = (rows > kth) | (tied & (tied_from_newest <= places_left))
+        chosen = chosen.index_put(ambiguous, exact.nonzero()[:, -1].view(-1, k))  # k per row, in key order
+    return chosen.sort(dim=-1).values
 
 
 class DsaIndexer(GlmMoeDsaIndexer):
@@ -139,11 +144,14 @@ def key_scores(q, k, weights, allowed, scale: float) -> torch.Tensor:
 
     -inf rather than dtype-min keeps masked keys out of the indexer's softmax and behind every valid key in the
     top-k. Each query's scores come from its own [H, D] × [D, T] product, so a chunk of queries, or one query
-    decoding with a KV cache, scores exactly as the whole sequence does.
+    decoding with a KV cache, scores exactly as the whole sequence does. (The softmax scale, positive, goes into
+    the head weights: ReLU(x)·s = ReLU(x·s) saves a pass over every score.)
     """
-    per_head = F.relu(torch.matmul(q, k.transpose(-1, -2).unsqueeze(1)) * scale)
-    scores = torch.matmul(weights.unsqueeze(-2), per_head).squeeze(-2)
-    return scores.masked_fill(~allowed, float("-inf"))
+    per_head = torch.matmul(q, k.transpose(-1, -2).unsqueeze(1))
+    per_head = per_head.relu_() if not per_head.requires_grad else F.relu(per_head)
+    scores = torch.matmul((weights * scale).unsqueeze(-2), per_head).squeeze(-2)
+    return scores.masked_fill_(~allowed, float("-inf")) if not scores.requires_grad \
+        else scores.masked_fill(~allowed, float("-inf"))
 
 
 def select_keys(q, k, weights, allowed, scale: float, topk: int) -> torch.Tensor:

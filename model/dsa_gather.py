@@ -27,8 +27,8 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import sdpa_mask
 
 SPARSE_GATHER = "dsa_sparse_gather"
-# Gathered latent elements (queries × selected keys × latent width) per chunk: 64 MiB in float32.
-GATHER_CHUNK_ELEMENTS = 1 << 24
+# Gathered latent elements (queries × selected keys × latent width) per chunk: 16 MiB in float32.
+GATHER_CHUNK_ELEMENTS = 1 << 22
 
 
 def allowed_keys(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -48,7 +48,9 @@ def _attend(queries, rows, indices, allowed, w_uv, latent_width: int, scaling: f
     logits = logits.masked_fill(~allowed.unsqueeze(2), torch.finfo(logits.dtype).min)
     probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(queries.dtype)
     probs = F.dropout(probs, p=dropout, training=training)
-    latent_out = torch.matmul(probs, selected[..., :latent_width])  # [B, c, H, L]
+    # The RoPE columns' share of the output is dropped after the product: slicing `selected` instead would cost
+    # a full-size zero-filled gradient in backward.
+    latent_out = torch.matmul(probs, selected)[..., :latent_width]  # [B, c, H, L]
     return torch.einsum("bchl,hvl->bchv", latent_out, w_uv), probs
 
 
