@@ -41,8 +41,11 @@ def _attend(queries, rows, indices, allowed, w_uv, latent_width: int, scaling: f
             training: bool):
     """One chunk: `queries` [B, c, H, L+R] (absorbed nope part, then RoPE part) over the latent `rows`
     [B, T, L+R] at `indices` [B, c, k]; `allowed` [B, c, k]. Returns [B, c, H, Dv] and probabilities [B, c, H, k]."""
-    batch = torch.arange(rows.shape[0], device=indices.device)[:, None, None]
-    selected = rows[batch, indices]  # [B, c, k, L+R]: one contiguous row per key, shared by every head
+    # One contiguous row per key, shared by every head, looked up as an embedding: its backward adds rows
+    # into the gradient directly, where indexing's backward sorts every index first.
+    batch, keys, width = rows.shape
+    offsets = torch.arange(batch, device=indices.device)[:, None, None] * keys
+    selected = F.embedding(indices + offsets, rows.reshape(batch * keys, width))  # [B, c, k, L+R]
     logits = torch.matmul(queries, selected.transpose(-1, -2)) * scaling
     # dtype-min, as transformers' additive masks: a padding query that sees no key stays finite, as in eager.
     logits = logits.masked_fill(~allowed.unsqueeze(2), torch.finfo(logits.dtype).min)
@@ -75,10 +78,12 @@ def latent_sparse_attention(attention, q_nope, q_rope, latent, k_rope, indices, 
     chunk = max(1, GATHER_CHUNK_ELEMENTS // (indices.shape[-1] * rows.shape[-1]))
     recompute = torch.is_grad_enabled() and total > chunk
     outputs, probabilities = [], []
-    for start in range(0, total, chunk):
-        part = slice(start, start + chunk)
-        args = (queries[:, part], rows, indices[:, part], allowed[:, part], w_uv, latent_width, attention.scaling,
-                dropout, attention.training)
+    # `split`, not slicing: the gradients of the chunks are put together once, where a slice's backward would
+    # write a zero-filled gradient of the whole query tensor per chunk.
+    for chunk_queries, chunk_indices, chunk_allowed in zip(
+            queries.split(chunk, dim=1), indices.split(chunk, dim=1), allowed.split(chunk, dim=1), strict=True):
+        args = (chunk_queries, rows, chunk_indices, chunk_allowed, w_uv, latent_width, attention.scaling, dropout,
+                attention.training)
         output, probs = checkpoint(_attend, *args, use_reentrant=False) if recompute else _attend(*args)
         outputs.append(output)
         probabilities.append(probs)

@@ -16,7 +16,7 @@ from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
 from stages.common.rl_batches import train_batch
 
-PROMPT_LENGTHS = (40, 23, 57)  # two of them past index_topk (32) before any token is generated
+PROMPT_LENGTHS = (56, 23, 70)  # two of them past index_topk (48) before any token is generated
 
 
 def save_checkpoint(tokenizer, directory, seed):
