@@ -8,6 +8,11 @@ glm5-tiny selects 48 keys per query: the demo's search episodes (102 tokens at t
 training, a few hundred once tool results come back) need more than 32 visible keys for a valid tool call. On
 the same SFT checkpoint (trained sparse at 32), search format validity was 0.66 at 32 keys, 0.97 at 40 and
 1.00 at 48, as with dense attention. arith and calc (at most 59 and 64 tokens) go sparse past 48 tokens.
+
+glm5-small (the `small` and `gpu` specs) selects 64: above what search's tool calls need at tiny scale,
+below the contexts those specs reach (SFT samples of up to 512 tokens, search episodes of up to six
+128-token turns with their tool results), so a search episode attends to a fraction of its keys. At
+long context bench/dsa_attention.py measures what it saves (sparse-gather vs dense, 2K-16K tokens).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ PRESETS: dict[str, dict] = {
         hidden_size=512, num_hidden_layers=7, num_attention_heads=8, num_key_value_heads=8,
         intermediate_size=1536, moe_intermediate_size=384, n_routed_experts=8, num_experts_per_tok=2,
         n_shared_experts=1, kv_lora_rank=128, q_lora_rank=256, qk_rope_head_dim=32, qk_nope_head_dim=32,
-        v_head_dim=64, index_topk=128, index_head_dim=32, index_n_heads=4, first_k_dense_replace=1,
+        v_head_dim=64, index_topk=64, index_head_dim=32, index_n_heads=4, first_k_dense_replace=1,
     ),
 }
 
