@@ -88,9 +88,10 @@ _libc = ctypes.CDLL("libc.so.6")
 _libc.mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD
 
 
-def attention_layer(preset: str, max_positions: int, seed: int):
+def attention_layer(preset: str, max_positions: int, seed: int, index_topk: int | None = None):
     """The layer, with ours and transformers' indexer over the same weights, frozen as in RL (they only select)."""
-    config = GlmMoeDsaConfig(vocab_size=64, max_position_embeddings=max_positions, **PRESETS[preset])
+    shape = PRESETS[preset] | ({"index_topk": index_topk} if index_topk else {})
+    config = GlmMoeDsaConfig(vocab_size=64, max_position_embeddings=max_positions, **shape)
     torch.manual_seed(seed)
     layer = GlmMoeDsaAttention(config, layer_idx=1)
     stock = layer.indexer
@@ -156,6 +157,7 @@ def decode_steps(layer, rotary, config, tokens, cache, length):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="glm5-small", choices=sorted(PRESETS))
+    parser.add_argument("--index-topk", type=int, help="keys each query selects; default the preset's")
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--decode-steps", type=int, default=8, help="decoding steps per measurement")
@@ -170,7 +172,8 @@ def main() -> None:
     limit = int(args.memory_limit_gib * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    config, layer, indexers, rotary = attention_layer(args.preset, max(args.lengths) + args.decode_steps, args.seed)
+    config, layer, indexers, rotary = attention_layer(
+        args.preset, max(args.lengths) + args.decode_steps, args.seed, args.index_topk)
     results = []
     for length in args.lengths:
         generator = torch.Generator().manual_seed(args.seed + length)
