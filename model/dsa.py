@@ -35,7 +35,7 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (
     apply_rotary_pos_emb_interleave,
 )
 
-from model.dsa_gather import SPARSE_GATHER, latent_sparse_attention
+from model.dsa_gather import SPARSE_GATHER, allowed_keys, latent_sparse_attention
 
 # Indexer scores (queries × heads × keys) computed at once when selecting keys: 16 MiB in float32.
 SELECTION_CHUNK_ELEMENTS = 1 << 22
@@ -100,7 +100,7 @@ class DsaIndexer(GlmMoeDsaIndexer):
             return torch.arange(keys, device=hidden_states.device, dtype=torch.int32).expand(batch_size, queries, keys)
         # Detached inputs: only the indexer loss trains the indexer, and it never reaches the rest of the model.
         q, k, weights = self.index_inputs(hidden_states.detach(), q_resid.detach(), position_embeddings, cache)
-        allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+        allowed = allowed_keys(attention_mask)
         if self.dense:
             # The warm-up's loss reads every key's score. The graph is built whenever grad is on, recording or
             # not: gradient checkpointing recomputes this call after the recording has ended and needs the same
@@ -170,7 +170,7 @@ def select_keys(q, k, weights, allowed, scale: float, topk: int) -> torch.Tensor
         seen = min(keys, max(keys - queries + end, topk))
         scores = key_scores(q[:, start:end], k[:, :seen], weights[:, start:end], allowed[:, start:end, :seen], scale)
         parts.append(stable_topk(scores, topk))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+    return torch.cat(parts, dim=1)
 
 
 def selected_scores(q, k, weights, allowed, scale: float, selected: torch.Tensor) -> torch.Tensor:

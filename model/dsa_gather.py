@@ -31,9 +31,8 @@ SPARSE_GATHER = "dsa_sparse_gather"
 GATHER_CHUNK_ELEMENTS = 1 << 22
 
 
-def allowed_keys(attention_mask: torch.Tensor) -> torch.Tensor:
-    """[B, S, T] True where a query may see a key, from transformers' [B, 1, S, T] mask (boolean or additive)."""
-    mask = attention_mask[:, 0]
+def allowed_keys(mask: torch.Tensor) -> torch.Tensor:
+    """True where a query may see a key, from a transformers mask of any shape (boolean, or additive 0 / min)."""
     return mask if mask.dtype == torch.bool else mask == 0
 
 
@@ -71,7 +70,7 @@ def latent_sparse_attention(attention, q_nope, q_rope, latent, k_rope, indices, 
     queries = torch.cat([torch.einsum("bhsn,hnl->bshl", q_nope, w_uk), q_rope.transpose(1, 2)], dim=-1)
     rows = torch.cat([latent, k_rope], dim=-1)
     indices = indices.long()
-    allowed = allowed_keys(attention_mask).gather(-1, indices)
+    allowed = allowed_keys(attention_mask[:, 0]).gather(-1, indices)
     dropout = attention.attention_dropout if attention.training else 0.0
 
     total = queries.shape[1]
@@ -87,9 +86,7 @@ def latent_sparse_attention(attention, q_nope, q_rope, latent, k_rope, indices, 
         output, probs = checkpoint(_attend, *args, use_reentrant=False) if recompute else _attend(*args)
         outputs.append(output)
         probabilities.append(probs)
-    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
-    probs = probabilities[0] if len(probabilities) == 1 else torch.cat(probabilities, dim=1)
-    return output.flatten(2), probs.transpose(1, 2)
+    return torch.cat(outputs, dim=1).flatten(2), torch.cat(probabilities, dim=1).transpose(1, 2)
 
 
 def _not_installed(*_args, **_kwargs):
