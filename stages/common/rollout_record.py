@@ -75,9 +75,11 @@ class RolloutRecord:
             path = self.scratch / f"step-{step:06d}-rank-{self.dist.rank:04d}.parquet"
             # Whatever the stage trained on goes on record, however long (the contract's default bound is for imports).
             write_parquet(ROLLOUT_V1, kept, path, max_tokens=_longest(kept))
-            local = (f"{self.prefix}step-{step:06d}-rank-{self.dist.rank:04d}-{sha256_file(path)[:16]}", path, len(kept))
-            self._pending.append(self._committer.submit(self._commit, step, *local))
-        everyone = _gathered(local and (local[0], local[2], local[1].stat().st_size))
+            # Named and sized before the commit is queued: the commit thread deletes the scratch file when done.
+            local = (f"{self.prefix}step-{step:06d}-rank-{self.dist.rank:04d}-{sha256_file(path)[:16]}", len(kept),
+                     path.stat().st_size)
+            self._pending.append(self._committer.submit(self._commit, step, local[0], path, len(kept)))
+        everyone = _gathered(local)
         self.shards[step] = [name for name, _, _ in everyone]
         self.rows.update({name: rows for name, rows, _ in everyone})
         if self.settings.show_every and (step == 1 or step % self.settings.show_every == 0) and kept:
