@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import httpx
 from pydantic import ConfigDict, Field
@@ -19,10 +20,12 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from rollout.auth import bearer_headers
 from rollout.context import OLD_RESULT_PLACEHOLDER, EpisodeContext
-from rollout.fleet import Fleet
 from rollout.protocol import SamplingParams
 from rollout.registry import TaskRegistry
 from rollout.trajectory import TrajectoryBuilder, observation_ids, prompt_ids
+
+if TYPE_CHECKING:  # the fleet's weight delivery imports torch, which a stage config (and the CLI) never needs
+    from rollout.fleet import Fleet
 
 
 @dataclass(frozen=True)

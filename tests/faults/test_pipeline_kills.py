@@ -38,17 +38,20 @@ def test_a_pipeline_killed_in_every_stage_ends_as_if_never_killed(smoke_pipeline
     shared_server = {**env, "PREFECT_API_URL": smoke_pipeline["api_url"]}
     command = [str(Path(sys.executable).with_name("posttrain")), "pipeline", "--preset", "smoke",
                "--store", str(store), "--reports", str(reports)]
-    moments = {"committing the prepared data": lambda pid: _claim_in(store)}
-    moments |= {f"in {stage}": lambda pid, job=job: running(job, pid) for stage, job in STAGE_JOBS.items()}
+    # (reached, poll interval): a data commit's claim lives for a moment, a stage job for seconds (its imports
+    # alone), and finding a job walks the process table: polled every 10 ms, that took a core's tenth.
+    moments = {"committing the prepared data": (lambda pid: _claim_in(store), 0.01)}
+    moments |= {f"in {stage}": (lambda pid, job=job: running(job, pid), 0.2) for stage, job in STAGE_JOBS.items()}
 
     log = open(tmp_path / "pipeline.log", "ab")
-    for run, (moment, reached) in enumerate(moments.items()):
+    for run, (moment, (reached, poll_s)) in enumerate(moments.items()):
         pipeline = subprocess.Popen(command, env=own_server if run == 0 else shared_server, cwd=tmp_path, stdout=log,
                                     stderr=subprocess.STDOUT)
         if run == 0:
-            wait_for(lambda pipeline=pipeline: running("prefect.server", pipeline.pid), 300, "its own Prefect server")
+            wait_for(lambda pipeline=pipeline: running("prefect.server", pipeline.pid), 300, "its own Prefect server",
+                     poll_s=0.2)
         wait_for(lambda pipeline=pipeline, reached=reached: pipeline.poll() is not None or reached(pipeline.pid),
-                 900, moment, poll_s=0.01)
+                 900, moment, poll_s=poll_s)
         assert pipeline.poll() is None, f"the pipeline ended before {moment}: {(tmp_path / 'pipeline.log').read_text()[-3000:]}"
         family = descendants(pipeline.pid)
         pipeline.kill()
