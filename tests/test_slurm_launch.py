@@ -3,6 +3,7 @@ flow: one rank on each node with the losses of one machine, failures and time-ou
 them, and a cancelled flow run ending its Slurm job with nothing committed half-way."""
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -92,7 +93,7 @@ def test_a_time_limit_too_short_is_reported_as_a_timeout(prefect_api, slurm, sma
     # Slurm's shortest limit is a minute and it checks limits every half minute: this test waits ~90 s, while
     # the job trains. At the lowest CPU priority it trains on cores nothing else wants, not the other tests'.
     niced = tmp_path / "python"
-    niced.write_text(f'#!/bin/sh\nexec nice -n 19 {sys.executable} "$@"\n')
+    niced.write_text(f'#!/bin/sh\nexec nice -n 19 {shlex.quote(sys.executable)} "$@"\n')
     niced.chmod(0o755)
     config = small_config(small_store, "slurm-timeout", max_steps=100_000, heldout={"every": 100_000, "samples": 8},
                           launch=slurm(nodes=1, time_limit="1", python=str(niced)))
