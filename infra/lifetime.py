@@ -16,8 +16,10 @@ import logging
 import os
 import select
 import signal
+import sys
 import threading
 import time
+from typing import NoReturn
 
 OWNER_ENV = "POSTTRAIN_OWNER_PID"
 TERM_GRACE_S = 5.0
@@ -70,3 +72,17 @@ def _terminate_self(owner: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(TERM_GRACE_S)
     os._exit(1)  # SIGTERM was ignored or cleanup hung
+
+
+def end_process(code: int | None = 0) -> NoReturn:
+    """Exit at once with `code` (None: 0, as `sys.exit()`), the log and standard streams flushed, skipping
+    the interpreter's teardown.
+
+    For our entry points (stage jobs, engines) once their work is committed and their children stopped:
+    tearing down the modules of torch and transformers takes 1.5 s of CPU per process (7.3 s → 5.8 s for
+    a process that only imports a trainer), which each stage and engine stop would wait for. atexit
+    handlers and the joins of non-daemon threads do not run: call it only where nothing is left for them."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code or 0)

@@ -30,7 +30,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 
-from infra.lifetime import exit_with_owner
+from infra.lifetime import end_process, exit_with_owner
 from infra.store import open_artifact
 from model.precision import Precision
 from rollout.auth import API_KEY_ENV, api_key, require_api_key
@@ -266,4 +266,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # An engine ends on SIGTERM (its owner's stop) as SystemExit, its downloads already removed: what is left,
+    # the interpreter's teardown of torch, would hold up every stop for 1.5 s (infra.lifetime.end_process).
+    try:
+        main()
+    except SystemExit as stop:  # SIGTERM's (128 + 15) or argparse's (2, its message printed)
+        end_process(stop.code)
+    end_process(0)

@@ -19,7 +19,7 @@ import torch
 from data_contracts import CHAT_V1, read_parquet
 from data_contracts.contract import Contract
 from infra.launch import JOB_DIR_ENV
-from infra.lifetime import exit_with_owner
+from infra.lifetime import end_process, exit_with_owner
 from infra.store import ArtifactStore, CommittedArtifact, open_store
 from model.tokenizer import load_tokenizer
 from stages.common.config import StageIO
@@ -106,7 +106,8 @@ def run_stage(config: StageIO, train: Callable[[StageIO, StageInputs], str]) -> 
 
 def stage_main(config_type: type[StageIO], train: Callable[[StageIO, StageInputs], str], description: str,
                argv: list[str] | None = None) -> None:
-    """`python -m <entry module> --config run.json`: run the stage on a serialized config."""
+    """`python -m <entry module> --config run.json`: run the stage on a serialized config, then end the
+    process (its output is committed, its engines and services stopped: nothing is left to tear down)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", required=True, type=Path, help=f"run.json: a serialized {config_type.__name__}")
     args, _ = parser.parse_known_args(argv)  # launchers append their own flags (e.g. --local_rank)
@@ -117,3 +118,4 @@ def stage_main(config_type: type[StageIO], train: Callable[[StageIO, StageInputs
         # One line a flow can quote: a multi-node job's last lines are its launchers' reports, not this.
         EventLog(True).emit("error", rank=int(os.environ.get("RANK", "0")), error=f"{type(error).__name__}: {error}")
         raise
+    end_process(0)
