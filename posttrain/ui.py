@@ -21,6 +21,7 @@ import requests
 
 from infra.lifetime import child_environment, die_with_parent
 from infra.ports import free_port
+from posttrain import prefect_db
 
 
 class UiError(RuntimeError):
@@ -77,10 +78,14 @@ def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Ca
         env |= {"PREFECT_SERVER_API_AUTH_STRING": auth_string, "PREFECT_API_AUTH_STRING": auth_string}
     prefect = str(Path(sys.executable).with_name("prefect"))
     server_log, serve_log = log_dir / "prefect-server.log", log_dir / "deployments.log"
+    new_database = prefect_db.new_default_database(Path(home))
+    seeded = new_database is not None and prefect_db.seed(new_database)
     server = start_logged([prefect, "server", "start", "--host", host, "--port", str(port)], env, server_log)
     deployments = None
     try:
         wait_for_api(api, server, server_log, startup_timeout_s)
+        if new_database is not None and not seeded:
+            prefect_db.keep_as_template(new_database)
         deployments = start_logged([sys.executable, "-m", "flows.serve", "--only", *flows], env, serve_log)
         on_ready(f"http://{host}:{port}")
         while server.poll() is None and deployments.poll() is None:
@@ -118,11 +123,15 @@ def prefect_api(log_dir: Path, startup_timeout_s: float = 120.0) -> Iterator[Non
         # database at once and one would die on "duplicate column": they start one after the other.
         with open(home / ".posttrain-server-start.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            new_database = prefect_db.new_default_database(home)
+            seeded = new_database is not None and prefect_db.seed(new_database)
             server = start_logged([sys.executable, "-m", "uvicorn", "--app-dir",
                                    str(Path(prefect.__file__).parent.parent), "--factory",
                                    "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
                                    "--log-level", "error", "--lifespan", "on"], env, log_path)
             wait_for_api(api, server, log_path, startup_timeout_s)
+            if new_database is not None and not seeded:
+                prefect_db.keep_as_template(new_database)
         with temporary_settings(updates={PREFECT_API_URL: api}):
             try:
                 yield
