@@ -6,10 +6,6 @@ import sqlite3
 import subprocess
 import sys
 
-from prefect.settings import PREFECT_API_DATABASE_CONNECTION_URL, PREFECT_HOME, temporary_settings
-
-from posttrain import prefect_db
-
 # A `posttrain pipeline`'s server (posttrain.ui.prefect_api), asked for a variable only a seeded database has.
 SERVE = """
 import sys
@@ -41,11 +37,27 @@ def test_the_first_server_leaves_its_migrated_database_and_the_next_starts_from_
     assert "variable: from the template" in serve(tmp_path / "second", cache, tmp_path)
 
 
+# In a fresh process: Prefect reads its settings from the environment when imported, as a CLI command does
+# (this worker's settings are whatever its earlier tests left).
+WHERE = """
+import sys
+from pathlib import Path
+from posttrain import prefect_db
+print(prefect_db.new_default_database(Path(sys.argv[1])))
+"""
+
+
+def new_database(home, **settings) -> str:
+    env = {key: value for key, value in os.environ.items() if "DATABASE" not in key} | {"PREFECT_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-c", WHERE, str(home)], env=env | settings, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
+
+
 def test_only_a_new_database_at_prefects_default_place_is_seeded(tmp_path):
-    with temporary_settings(updates={PREFECT_HOME: tmp_path}):
-        assert prefect_db.new_default_database(tmp_path) == tmp_path / "prefect.db"
-        (tmp_path / "prefect.db").write_bytes(b"")
-        assert prefect_db.new_default_database(tmp_path) is None
+    assert new_database(tmp_path) == str(tmp_path / "prefect.db")
+    (tmp_path / "prefect.db").write_bytes(b"")
+    assert new_database(tmp_path) == "None"  # an existing database is never replaced
     elsewhere = f"sqlite+aiosqlite:///{tmp_path / 'other.db'}"
-    with temporary_settings(updates={PREFECT_HOME: tmp_path / "new", PREFECT_API_DATABASE_CONNECTION_URL: elsewhere}):
-        assert prefect_db.new_default_database(tmp_path / "new") is None
+    assert new_database(tmp_path / "new", PREFECT_API_DATABASE_CONNECTION_URL=elsewhere) == "None"
