@@ -14,7 +14,20 @@ import os
 import shutil
 import sqlite3
 import uuid
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
+
+
+@contextmanager
+def default_database(home: Path) -> Iterator[None]:
+    """Around the start of a Prefect server with this home: its default database, when new, starts as the
+    template; or, with no template yet, becomes it once the block ends (the server answered)."""
+    database = new_default_database(home)
+    seeded = database is not None and seed(database)
+    yield
+    if database is not None and not seeded:
+        keep_as_template(database)
 
 
 def template() -> Path:
@@ -60,10 +73,8 @@ def keep_as_template(database: Path) -> None:
     partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
     try:
         # The backup API copies a consistent database while its server writes to it (a file copy may not).
-        with sqlite3.connect(database) as live, sqlite3.connect(partial) as copy:
+        with closing(sqlite3.connect(database)) as live, closing(sqlite3.connect(partial)) as copy:
             live.backup(copy)
-        live.close()
-        copy.close()
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)

@@ -78,14 +78,11 @@ def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Ca
         env |= {"PREFECT_SERVER_API_AUTH_STRING": auth_string, "PREFECT_API_AUTH_STRING": auth_string}
     prefect = str(Path(sys.executable).with_name("prefect"))
     server_log, serve_log = log_dir / "prefect-server.log", log_dir / "deployments.log"
-    new_database = prefect_db.new_default_database(Path(home))
-    seeded = new_database is not None and prefect_db.seed(new_database)
-    server = start_logged([prefect, "server", "start", "--host", host, "--port", str(port)], env, server_log)
-    deployments = None
+    server = deployments = None
     try:
-        wait_for_api(api, server, server_log, startup_timeout_s)
-        if new_database is not None and not seeded:
-            prefect_db.keep_as_template(new_database)
+        with prefect_db.default_database(Path(home)):
+            server = start_logged([prefect, "server", "start", "--host", host, "--port", str(port)], env, server_log)
+            wait_for_api(api, server, server_log, startup_timeout_s)
         deployments = start_logged([sys.executable, "-m", "flows.serve", "--only", *flows], env, serve_log)
         on_ready(f"http://{host}:{port}")
         while server.poll() is None and deployments.poll() is None:
@@ -114,8 +111,9 @@ def prefect_api(log_dir: Path, startup_timeout_s: float = 120.0) -> Iterator[Non
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     log_path = log_dir / "prefect-server.log"
-    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1"}
     home = Path(PREFECT_HOME.value())
+    # The server's home is the one whose database was seeded and locked here, wherever the setting came from.
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT_HOME": str(home)}
     home.mkdir(parents=True, exist_ok=True)
     server = None
     try:
@@ -123,15 +121,12 @@ def prefect_api(log_dir: Path, startup_timeout_s: float = 120.0) -> Iterator[Non
         # database at once and one would die on "duplicate column": they start one after the other.
         with open(home / ".posttrain-server-start.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            new_database = prefect_db.new_default_database(home)
-            seeded = new_database is not None and prefect_db.seed(new_database)
-            server = start_logged([sys.executable, "-m", "uvicorn", "--app-dir",
-                                   str(Path(prefect.__file__).parent.parent), "--factory",
-                                   "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-                                   "--log-level", "error", "--lifespan", "on"], env, log_path)
-            wait_for_api(api, server, log_path, startup_timeout_s)
-            if new_database is not None and not seeded:
-                prefect_db.keep_as_template(new_database)
+            with prefect_db.default_database(home):
+                server = start_logged([sys.executable, "-m", "uvicorn", "--app-dir",
+                                       str(Path(prefect.__file__).parent.parent), "--factory",
+                                       "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port",
+                                       str(port), "--log-level", "error", "--lifespan", "on"], env, log_path)
+                wait_for_api(api, server, log_path, startup_timeout_s)
         with temporary_settings(updates={PREFECT_API_URL: api}):
             try:
                 yield

@@ -2,11 +2,10 @@
 a pipeline killed in every stage against it."""
 
 import pytest
-from prefect.settings import PREFECT_API_URL
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.params import PipelineParams
 from flows.pipeline import pipeline
+from tests.prefect_servers import own_prefect_server
 
 
 @pytest.fixture(scope="session")
@@ -15,5 +14,5 @@ def smoke_pipeline(tmp_path_factory):
     which serves the session's other pipeline runs too (api_url)."""
     tmp_path = tmp_path_factory.mktemp("smoke-pipeline")
     params = PipelineParams(preset="smoke", store=str(tmp_path / "store"), reports_dir=str(tmp_path / "runs"))
-    with prefect_test_harness(server_startup_timeout=120):
-        yield {"params": params, "summary": pipeline(params), "tmp": tmp_path, "api_url": PREFECT_API_URL.value()}
+    with own_prefect_server(tmp_path / "prefect") as api_url:
+        yield {"params": params, "summary": pipeline(params), "tmp": tmp_path, "api_url": api_url}

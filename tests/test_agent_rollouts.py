@@ -88,8 +88,17 @@ class Stack:
             engine.stop()
 
 
+@pytest.fixture(scope="module")
+def stack(checkpoint, tmp_path_factory):
+    """One stack for the tests that leave it as they found it (each engine start is seconds of CPU), in
+    file order: the registry's draws first, then a killed replica last."""
+    running = Stack(checkpoint, tmp_path_factory.mktemp("stack"))
+    yield running
+    running.close()
+
+
 @pytest.fixture
-def stack(checkpoint, tmp_path):
+def own_stack(checkpoint, tmp_path):
     running = Stack(checkpoint, tmp_path)
     yield running
     running.close()
@@ -106,6 +115,32 @@ async def play_all(stack, tokenizer, rollout_specs, during=None):
         results = await asyncio.gather(*plays)
         await orchestrator.aclose()
         return results, fleet
+
+
+def test_task_shares_and_concurrency_change_while_running(stack, tokenizer):
+    registry = stack.registry
+
+    async def both_registered():  # services register as they come up; shares apply to registered tasks
+        registry.bind(asyncio.get_running_loop())
+        await registry.wait_registered(list(stack.services), timeout_s=30)
+
+    asyncio.run(both_registered())
+    registry.update("calc", share=3.0)
+    assert [registry.next_task() for _ in range(8)].count("calc") == 6
+    registry.update("calc", share=1.0)
+    peak, concurrency = {"calc": 0}, registry.entries["calc"].concurrency
+
+    async def narrow_calc(fleet):
+        registry.update("calc", concurrency=1)
+        while any(not t.done() for t in asyncio.all_tasks() if t.get_coro().__name__ == "play"):
+            peak["calc"] = max(peak["calc"], registry.entries["calc"].running)
+            await asyncio.sleep(0.005)
+
+    try:
+        results, _ = asyncio.run(play_all(stack, tokenizer, specs(4, prefix="p"), narrow_calc))
+    finally:
+        registry.update("calc", concurrency=concurrency)  # as it was, for the stack's next tests
+    assert len(results) == 8 and peak["calc"] <= 1
 
 
 def test_rollouts_record_exact_engine_tokens_with_environment_tokens_masked(stack, tokenizer, tmp_path):
@@ -132,46 +167,6 @@ def test_rollouts_record_exact_engine_tokens_with_environment_tokens_masked(stac
                 assert tokenizer.decode(masked, skip_special_tokens=False).startswith("<tool_response>")
     assert sum(fleet.requests.values()) == sum(r.turns for r in results)
     assert set(fleet.requests) == {e.url for e in stack.engines}  # both replicas served, each named by its header
-
-
-def test_a_replica_killed_mid_stage_loses_no_rollout_and_the_router_takes_it_out(stack, tokenizer, caplog):
-    caplog.set_level(logging.WARNING, logger="rollout.fleet")
-    first_wave, second_wave = specs(3, prefix="a"), specs(10, prefix="k")
-    dead = stack.engines[0].url
-
-    async def two_waves():
-        stack.registry.bind(asyncio.get_running_loop())
-        async with Fleet(stack.router_url) as fleet:
-            await stack.registry.wait_registered(list(stack.services), timeout_s=30)
-            orchestrator = Orchestrator(stack.registry, fleet, tokenizer, LONG_TURNS, SETTINGS)
-            served = await asyncio.gather(*(orchestrator.play(spec) for spec in first_wave))
-            before = sum(fleet.requests.values())
-            plays = [asyncio.create_task(orchestrator.play(spec)) for spec in second_wave]
-            # Mid-stage: the replica has answered turns of the second wave, and its rollouts go on, when it dies.
-            while sum(fleet.requests.values()) < before + 2:
-                await asyncio.sleep(0.01)
-            await asyncio.to_thread(stack.engines[0].service.kill)
-            at_kill = fleet.requests[dead], sum(fleet.requests.values())
-            results = await asyncio.gather(*plays)
-            await orchestrator.aclose()
-            return served, results, fleet, at_kill
-
-    served, results, fleet, (dead_answers, all_answers) = asyncio.run(two_waves())
-
-    assert any(dead in r.replicas for r in served)
-    # Ids reconcile: every rollout finished exactly once, with its own samples.
-    assert sorted(r.spec.rollout_id for r in results) == sorted(s.rollout_id for s in second_wave)
-    sample_ids = [row["sample_id"] for r in served + results for row in r.rows]
-    assert len(sample_ids) == len(set(sample_ids))
-    assert sum(len(r.rows) for r in results) == sum(r.turns for r in results)  # one sample per turn answered
-    assert {r.status for r in results} <= {"ok", "truncated"}, [r.failure for r in results if r.failure]
-    # It died holding requests: SGLang's router asked them again of the survivor, which answered every
-    # turn after the kill.
-    assert router_metric(stack, "smg_worker_retries_total") >= 1
-    assert fleet.requests[dead] == dead_answers and sum(fleet.requests.values()) > all_answers
-    # SGLang's router's health check takes it out of rotation: two failed checks a second apart, which can end
-    # after the last rollout did.
-    wait_for(lambda: stack.workers()[dead] is False, 10, "the router marking the killed replica unhealthy", poll_s=0.2)
 
 
 def test_a_replica_answering_503_for_a_while_is_skipped_and_rejoins(stack, tokenizer):
@@ -241,6 +236,48 @@ def test_a_weight_update_reaches_every_worker_and_a_worker_that_fails_it_leaves_
     assert [health(e.url)["weight_version"] for e in stack.engines] == ["6", "6"]
 
 
+def test_a_replica_killed_mid_stage_loses_no_rollout_and_the_router_takes_it_out(stack, tokenizer, caplog):
+    # The last of the shared stack's tests: its first replica stays dead.
+    caplog.set_level(logging.WARNING, logger="rollout.fleet")
+    first_wave, second_wave = specs(3, prefix="a"), specs(10, prefix="k")
+    dead = stack.engines[0].url
+    retries_before = router_metric(stack, "smg_worker_retries_total")  # the stack's earlier tests' count too
+
+    async def two_waves():
+        stack.registry.bind(asyncio.get_running_loop())
+        async with Fleet(stack.router_url) as fleet:
+            await stack.registry.wait_registered(list(stack.services), timeout_s=30)
+            orchestrator = Orchestrator(stack.registry, fleet, tokenizer, LONG_TURNS, SETTINGS)
+            served = await asyncio.gather(*(orchestrator.play(spec) for spec in first_wave))
+            before = sum(fleet.requests.values())
+            plays = [asyncio.create_task(orchestrator.play(spec)) for spec in second_wave]
+            # Mid-stage: the replica has answered turns of the second wave, and its rollouts go on, when it dies.
+            while sum(fleet.requests.values()) < before + 2:
+                await asyncio.sleep(0.01)
+            await asyncio.to_thread(stack.engines[0].service.kill)
+            at_kill = fleet.requests[dead], sum(fleet.requests.values())
+            results = await asyncio.gather(*plays)
+            await orchestrator.aclose()
+            return served, results, fleet, at_kill
+
+    served, results, fleet, (dead_answers, all_answers) = asyncio.run(two_waves())
+
+    assert any(dead in r.replicas for r in served)
+    # Ids reconcile: every rollout finished exactly once, with its own samples.
+    assert sorted(r.spec.rollout_id for r in results) == sorted(s.rollout_id for s in second_wave)
+    sample_ids = [row["sample_id"] for r in served + results for row in r.rows]
+    assert len(sample_ids) == len(set(sample_ids))
+    assert sum(len(r.rows) for r in results) == sum(r.turns for r in results)  # one sample per turn answered
+    assert {r.status for r in results} <= {"ok", "truncated"}, [r.failure for r in results if r.failure]
+    # It died holding requests: SGLang's router asked them again of the survivor, which answered every
+    # turn after the kill.
+    assert router_metric(stack, "smg_worker_retries_total") > retries_before
+    assert fleet.requests[dead] == dead_answers and sum(fleet.requests.values()) > all_answers
+    # SGLang's router's health check takes it out of rotation: two failed checks a second apart, which can end
+    # after the last rollout did.
+    wait_for(lambda: stack.workers()[dead] is False, 10, "the router marking the killed replica unhealthy", poll_s=0.2)
+
+
 def wait_until(condition, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -258,40 +295,17 @@ def router_metric(stack, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name))
 
 
-def test_a_task_service_killed_mid_episode_fails_its_rollouts_as_environment_errors(stack, tokenizer):
+def test_a_task_service_killed_mid_episode_fails_its_rollouts_as_environment_errors(own_stack, tokenizer):
     rollout_specs = specs(8, prefix="e")
 
     async def kill_search(fleet):
         while sum(fleet.requests.values()) < 6:
             await asyncio.sleep(0.01)
-        await asyncio.to_thread(stack.services["search"].kill)
+        await asyncio.to_thread(own_stack.services["search"].kill)
 
-    results, _ = asyncio.run(play_all(stack, tokenizer, rollout_specs, kill_search))
+    results, _ = asyncio.run(play_all(own_stack, tokenizer, rollout_specs, kill_search))
     failed = [r for r in results if r.status == "env_error"]
     assert failed and all(r.spec.task == "search" for r in failed)
     # Not the model's failure: no reward, and the cause is named.
     assert all(r.reward is None and "unreachable" in r.failure for r in failed)
     assert all(r.status in ("ok", "truncated") for r in results if r.spec.task == "calc")
-
-
-def test_task_shares_and_concurrency_change_while_running(stack, tokenizer):
-    registry = stack.registry
-
-    async def both_registered():  # services register as they come up; shares apply to registered tasks
-        registry.bind(asyncio.get_running_loop())
-        await registry.wait_registered(list(stack.services), timeout_s=30)
-
-    asyncio.run(both_registered())
-    registry.update("calc", share=3.0)
-    assert [registry.next_task() for _ in range(8)].count("calc") == 6
-    registry.update("calc", share=1.0)
-    peak = {"calc": 0}
-
-    async def narrow_calc(fleet):
-        registry.update("calc", concurrency=1)
-        while any(not t.done() for t in asyncio.all_tasks() if t.get_coro().__name__ == "play"):
-            peak["calc"] = max(peak["calc"], registry.entries["calc"].running)
-            await asyncio.sleep(0.005)
-
-    results, _ = asyncio.run(play_all(stack, tokenizer, specs(4, prefix="p"), narrow_calc))
-    assert len(results) == 8 and peak["calc"] <= 1

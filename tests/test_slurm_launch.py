@@ -12,8 +12,6 @@ import time
 import pytest
 from prefect import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-from prefect.settings import PREFECT_API_URL
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.sft import sft
 from infra.launchers.slurm import job_fields
@@ -22,13 +20,14 @@ from infra.store import open_store
 from stages.evaluation.settings import EvalSettings
 from stages.sft.config import SftConfig
 from tests.faults.processes import wait_for
+from tests.prefect_servers import own_prefect_server
 from tests.sft_fixtures import small_config
 
 
 @pytest.fixture(scope="module")
-def prefect_api():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield PREFECT_API_URL.value()
+def prefect_api(tmp_path_factory):
+    with own_prefect_server(tmp_path_factory.mktemp("prefect")) as api_url:
+        yield api_url
 
 
 @pytest.fixture
@@ -70,7 +69,7 @@ def test_a_two_node_sft_has_one_rank_on_each_node_and_the_losses_of_one_machine(
     lineage = open_store(small_store["root"]).open(result["checkpoint"]).lineage()
     assert lineage["job"].startswith("slurm:") and lineage["config"]["launch"]["nodes"] == 2
     logs = wait_for(lambda: (lines := flow_logs(state.state_details.flow_run_id)) and
-                    any("done" in line for line in lines) and lines, 30, "the flow run's logs")
+                    any("done" in line for line in lines) and lines, 30, "the flow run's logs", poll_s=0.5)
     job_number = lineage["job"].removeprefix("slurm:")
     assert any(f"job slurm:{job_number} started (slurm)" in line for line in logs)
     assert any('"rank": 0' in line and '"host": "n1"' in line for line in logs), logs

@@ -18,6 +18,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from infra.lifetime import child_environment, die_with_parent
 from infra.ports import free_port
 from infra.store import open_store
+from posttrain import prefect_db
 from posttrain.ui import start_logged, stop_all, wait_for_api
 from tests.sft_fixtures import small_config
 
@@ -35,12 +36,14 @@ def prefect_env(tmp_path_factory):
     api = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api}
     log = home / "server.log"
-    server = start_logged([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], env, log)
+    server = None
     try:
-        wait_for_api(api, server, log, timeout_s=120)  # a new database is migrated first
+        with prefect_db.default_database(home):  # seeded as `posttrain ui` seeds its server's
+            server = start_logged([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], env, log)
+            wait_for_api(api, server, log, timeout_s=120)
         yield env
     finally:
-        stop_all([server], grace_s=15)
+        stop_all([server] if server is not None else [], grace_s=15)
 
 
 def _stop_group(leader: subprocess.Popen, grace_s: float = 10) -> None:

@@ -71,7 +71,8 @@ def test_an_sft_job_killed_at_five_moments_ends_as_if_never_killed(small_store, 
     for moment, reached in moments.items():
         job = Job(config, workdir)
         wait_for(lambda job=job, reached=reached: reached(job) or not job.thread.is_alive(), 300, moment)
-        process = running("stages.sft.train", under=os.getpid()) or pytest.fail(f"{moment}: the job ended before it")
+        process = running("stages.sft.train", under=os.getpid()) or pytest.fail(
+            f"{moment}: the job ended before it: {job.failure}")
         process.kill()
         job.thread.join(timeout=60)
         assert job.failure is not None and job.failure.returncode == -9, moment
