@@ -17,13 +17,10 @@ PYTEST_ARGS ?=
 # fault-injection group first): most tests wait on the subprocesses they start (servers, stage jobs,
 # engines), so two cores carry two files at once. PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 2
-# torch comes from pip (it honours PIP_TORCH_ARGS and pip's own index settings); uv installs the other
-# ~150 packages in a fraction of pip's time, against the same pinned constraints (a private index: set
-# UV_INDEX_URL as well as pip's). Neither compiles to bytecode as it installs (pip would, on one core);
-# the last step compiles everything at once on every core (50 s on 2), so that the demo's and the tests'
-# first processes do not each compile the ~9,000 modules they import (30 s of CPU, much of it twice over
-# when two processes start together). A file written for a newer Python does not compile and is skipped:
-# Python could not import it either.
+# torch comes from pip (it honours PIP_TORCH_ARGS and pip's own index settings), without compiling
+# its thousands of modules to bytecode up front (a minute on 2 cores; Python compiles what it imports);
+# uv installs the other ~150 packages in a fraction of pip's time, against the same pinned constraints
+# (a private index: set UV_INDEX_URL as well as pip's).
 UV_SPEC     ?= uv==0.13.9
 UV_INSTALL  := $(VENV)/bin/uv pip install --python $(PY)
 
@@ -34,9 +31,9 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 60
-# The demo and the tests start dozens of Python processes; each reuses the bytecode compiled at install
-# (and our own modules', compiled by the first process that imports them), so bytecode caching stays on
-# even where the environment turns it off.
+# The demo and the tests start dozens of Python processes; each reuses the bytecode the first one
+# compiled (nothing is compiled at install time), so bytecode caching stays on even where the
+# environment turns it off.
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv demo test clean
@@ -51,7 +48,6 @@ $(STAMP): pyproject.toml constraints.txt
 	DS_BUILD_OPS=0 $(UV_INSTALL) -q --no-build-isolation $(DEEPSPEED_SPEC) -c constraints.txt
 	$(UV_INSTALL) -q -e '.[dev]' -c constraints.txt -C editable_mode=compat
 	$(UV_INSTALL) -q --no-deps $(SGLANG_SPEC)
-	$(PY) -c "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)" $(VENV)/lib
 	touch $(STAMP)
 
 demo: $(STAMP)
