@@ -124,6 +124,8 @@ JobCompType=jobcomp/filetxt
 JobCompLoc={root}/jobcomp.txt
 MpiDefault=none
 ReturnToService=2
+# A node is what this file says (two CPUs, so two one-CPU jobs share it), whatever the machine has.
+SlurmdParameters=config_overrides
 SlurmdTimeout=30
 MinJobAge=300
 KillWait=5
@@ -136,7 +138,7 @@ PartitionName={partition} Nodes={node_names} Default=YES MaxTime=INFINITE State=
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """slurmctld and two slurmd (nodes n1, n2, one CPU each) on this machine, authenticated by a private munged.
+    """slurmctld and two slurmd (nodes n1, n2, two CPUs each) on this machine, authenticated by a private munged.
 
     Jobs run as the submitting user in its environment (sbatch exports it), so they can run sys.executable.
     """
@@ -163,7 +165,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     # SlurmctldHost must be this machine's short name (what `hostname -s` prints): slurmctld only runs where it is.
     host = socket.gethostname().split(".")[0]
     node_lines = "\n".join(
-        f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} CPUs=1 RealMemory=1000 State=UNKNOWN"
+        f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 RealMemory=1000 State=UNKNOWN"
         for node in nodes
     )
     conf = root / "slurm.conf"

@@ -30,16 +30,46 @@ def prefect_api(tmp_path_factory):
         yield api_url
 
 
+def launch_section(cluster, **fields) -> dict:
+    """A `launch` section for the test cluster."""
+    return {"kind": "slurm", "nodes": 2, "partition": cluster.partition, "master_port": free_port(),
+            "environment": {"OMP_NUM_THREADS": "1"}, **fields}
+
+
 @pytest.fixture
 def slurm(slurm_cluster, monkeypatch):
-    """A `launch` section for the test cluster; this process is its client (sbatch, scontrol read SLURM_CONF)."""
+    """`launch_section` for the test cluster; this process is its client (sbatch, scontrol read SLURM_CONF)."""
     for name, value in slurm_cluster.environment.items():
         monkeypatch.setenv(name, value)
+    return lambda **fields: launch_section(slurm_cluster, **fields)
 
-    def launch(**fields) -> dict:
-        return {"kind": "slurm", "nodes": 2, "partition": slurm_cluster.partition, "master_port": free_port(),
-                "environment": {"OMP_NUM_THREADS": "1"}, **fields}
-    return launch
+
+# The SFT flow as a flow run of its own, as a deployment's runner would execute it.
+FLOW_RUN = ("import sys; from pathlib import Path; from flows.sft import sft; from stages.sft.config import SftConfig;"
+            " sft(SftConfig.model_validate_json(Path(sys.argv[1]).read_text()))")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def timing_out(prefect_api, slurm_cluster, small_store, tmp_path_factory):
+    """(config, flow run process, its log) of an SFT whose Slurm job outlives its time limit, started with the
+    file's first test. Slurm's shortest limit is a minute and it checks limits every half minute, so the job
+    runs ~90 s: on a core of its own beside the other tests' jobs (a node has two), at the lowest CPU priority
+    (it trains on cores nothing else wants), while those tests run."""
+    tmp = tmp_path_factory.mktemp("slurm-timeout")
+    niced = tmp / "python"
+    niced.write_text(f'#!/bin/sh\nexec nice -n 19 {shlex.quote(sys.executable)} "$@"\n')
+    niced.chmod(0o755)
+    config = small_config(small_store, "slurm-timeout", max_steps=100_000, heldout={"every": 100_000, "samples": 8},
+                          launch=launch_section(slurm_cluster, nodes=1, time_limit="1", python=str(niced)))
+    run_json, log = tmp / "config.json", tmp / "flow.log"
+    run_json.write_text(config.model_dump_json())
+    env = {**os.environ, **slurm_cluster.environment, "PREFECT_API_URL": prefect_api}
+    with log.open("wb") as output:
+        flow = subprocess.Popen([sys.executable, "-c", FLOW_RUN, str(run_json)], env=env, stdout=output,
+                                stderr=subprocess.STDOUT)
+    yield config, flow, log
+    flow.kill()
+    flow.wait()
 
 
 def sft_flow(config: SftConfig, store: dict):
@@ -88,17 +118,11 @@ def test_a_stage_that_exits_non_zero_fails_the_flow_run_naming_slurm_state_and_e
     assert not open_store(small_store["root"]).is_committed(config.output_name)
 
 
-def test_a_time_limit_too_short_is_reported_as_a_timeout(prefect_api, slurm, small_store, tmp_path):
-    # Slurm's shortest limit is a minute and it checks limits every half minute: this test waits ~90 s, while
-    # the job trains. At the lowest CPU priority it trains on cores nothing else wants, not the other tests'.
-    niced = tmp_path / "python"
-    niced.write_text(f'#!/bin/sh\nexec nice -n 19 {shlex.quote(sys.executable)} "$@"\n')
-    niced.chmod(0o755)
-    config = small_config(small_store, "slurm-timeout", max_steps=100_000, heldout={"every": 100_000, "samples": 8},
-                          launch=slurm(nodes=1, time_limit="1", python=str(niced)))
-    state = sft_flow(config, small_store)
-    assert state.is_failed()
-    assert "ended TIMEOUT" in str(state.result(raise_on_failure=False))
+def test_a_time_limit_too_short_is_reported_as_a_timeout(timing_out, small_store):
+    config, flow, log = timing_out
+    flow.wait(timeout=300)
+    output = log.read_text()
+    assert flow.returncode != 0 and "Finished in state Failed" in output and "ended TIMEOUT" in output, output[-3000:]
     assert not open_store(small_store["root"]).is_committed(config.output_name)
 
 
@@ -108,9 +132,7 @@ def test_a_cancelled_flow_run_ends_its_slurm_job_within_10_s_with_nothing_commit
                           heldout={"every": 100_000, "samples": 8}, launch=slurm())
     run_json = tmp_path / "config.json"
     run_json.write_text(config.model_dump_json())
-    script = ("import sys; from pathlib import Path; from flows.sft import sft; from stages.sft.config import SftConfig;"
-              " sft(SftConfig.model_validate_json(Path(sys.argv[1]).read_text()))")
-    flow = subprocess.Popen([sys.executable, "-c", script, str(run_json)], env={**os.environ, "PREFECT_API_URL": prefect_api},
+    flow = subprocess.Popen([sys.executable, "-c", FLOW_RUN, str(run_json)], env={**os.environ, "PREFECT_API_URL": prefect_api},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         store = open_store(small_store["root"])
