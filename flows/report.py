@@ -5,21 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
-
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
 from infra.publish import parent_ref, publish_directory
 from infra.store import ArtifactStore, CommittedArtifact
-
-matplotlib.use("Agg")  # files only, never a window
-import matplotlib.pyplot as plt  # noqa: E402
 
 
 def plot_curves(stage: str, history: list[dict], out: Path) -> Path | None:
     steps = [record for record in history if "loss" in record]
     if not steps:
         return None
-    figure, axis = plt.subplots(figsize=(7, 4))
+    # A Figure of its own draws to files only (no pyplot, no window, no global figure to close); imported
+    # here, as only a finished run draws: a pipeline's start and every command that imports the flows skip it.
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4))
+    axis = figure.subplots()
     axis.plot([r["step"] for r in steps], [r["loss"] for r in steps], label="train loss", linewidth=1)
     rewarded = [r for r in steps if "reward_mean" in r]
     if rewarded:  # RL: the loss is a policy-gradient surrogate; the reward is what should rise
@@ -41,7 +41,6 @@ def plot_curves(stage: str, history: list[dict], out: Path) -> Path | None:
     figure.tight_layout()
     path = out / f"{stage}_loss.png"
     figure.savefig(path, dpi=110)
-    plt.close(figure)
     return path
 
 

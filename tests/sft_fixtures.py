@@ -1,13 +1,16 @@
 """A small prepared store and helpers to run the SFT job as a real subprocess."""
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from safetensors.torch import load_file, save_file
 
-from data_contracts.lineage import Lineage
+from data_contracts.lineage import Lineage, config_digest
 from infra.launch import run_stage_job
 from infra.launchers.local import LocalLaunch
 from infra.publish import publish_directory
@@ -42,8 +45,24 @@ def nan_init(small_store, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def two_local_ranks_losses(small_store, tmp_path_factory) -> list[float]:
-    """The losses of `small_config` trained by two ranks on this machine: what a multi-node run must match."""
-    return losses(run_sft(small_config(small_store, "two-local-ranks"), tmp_path_factory.mktemp("two-ranks"), nproc=2))
+    """The losses of `small_config` trained by two ranks on this machine: what a multi-node run must match.
+
+    Trained once per test run: under xdist the first worker to ask leaves them in the run's temporary folder,
+    keyed by the store's content-addressed init and datasets (each worker prepares its own store, the same
+    one), and the others read them."""
+    def train() -> list[float]:
+        return losses(run_sft(small_config(small_store, "two-local-ranks"), tmp_path_factory.mktemp("two-ranks"),
+                              nproc=2))
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return train()
+    key = config_digest({"init": small_store["init"].rsplit("/", 1)[-1],
+                         "datasets": [uri.rsplit("/", 1)[-1] for uri in small_store["datasets"]]})
+    shared = tmp_path_factory.getbasetemp().parent / f"two-local-ranks-{key[:16]}.json"  # the workers' common parent
+    with FileLock(f"{shared}.lock"):
+        if not shared.is_file():
+            shared.write_text(json.dumps(train()))
+        return json.loads(shared.read_text())
 
 
 def small_config(store: dict, run_id: str, **overrides) -> SftConfig:
