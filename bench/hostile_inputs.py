@@ -413,8 +413,8 @@ def engine_cases(store: dict, scratch: Path) -> list[Case]:
 
 
 def service_cases() -> list[Case]:
-    from rollout.envs.service import build_env_app
-    from rollout.envs.tasks import CalcTask, SearchTask
+    from rollout.agents.envs.service import build_env_app
+    from rollout.agents.envs.tasks import CalcTask, SearchTask
 
     prompt = [{"role": "user", "content": "What is 2 + 2?"}]
     calc, search = TestClient(build_env_app(CalcTask(), max_episodes=3)), TestClient(build_env_app(SearchTask()))

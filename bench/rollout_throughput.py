@@ -4,7 +4,7 @@ Both run in this process, alternating, on one freshly initialised checkpoint (`-
 device (CUDA when present) and in the same precision (`--precision`; auto: bf16 on a GPU): greedy decoding of
 `--new-tokens` tokens for `--batch` random prompts of `--prompt-len` tokens, stop tokens ignored so
 every row decodes the same number of tokens. The engine is timed without HTTP (its `generate`), so
-the figure compares the decoding loops. The same engine served over HTTP (`rollout.server`, in its own
+the figure compares the decoding loops. The same engine served over HTTP (`rollout.engine.server`, in its own
 process, warmed with one whole batch) is timed in the same alternation as `engine_http`, with logprobs
 returned; `http_hop_cost` is the share of in-process throughput the hop loses.
 
@@ -26,7 +26,7 @@ from model.device import resolved_precision
 from model.dsa import install_dsa_indexers, set_dense_attention
 from model.presets import PRESETS, build_model, load_model
 from model.tokenizer import build_tokenizer_dir, load_tokenizer
-from rollout.engine import Engine
+from rollout.engine.generation import Engine
 from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams, UniformBatch
 from suites.tokenizer_corpus import suite_conversations

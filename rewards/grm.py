@@ -18,9 +18,9 @@ from model.tokenizer import load_tokenizer
 from model.turns import score_turn
 from rewards.protocol import RewardSample
 from rewards.replies import visible_reply
+from rollout.agents.trajectory import prompt_ids
 from rollout.client import EngineClient
 from rollout.protocol import SamplingParams
-from rollout.trajectory import prompt_ids
 from suites.judge import REQUEST, parse_score
 
 

@@ -7,7 +7,7 @@ the dead replica out and the key hashes onto a live one. A rollout is therefore 
 replica, nor run twice: its earlier turns are kept, only the failed turn is asked again.
 
 The router does not forward weight updates, so `update_weights` delivers them (from disk, or broadcast:
-rollout/weight_delivery.py) to every worker the router lists (`GET /workers`) and checks the version each
+rollout/weight_push.py) to every worker the router lists (`GET /workers`) and checks the version each
 one answers with. A worker that fails its update is taken out of the router; one the router already saw
 unhealthy is taken out too and, once it answers again, given the weights of a later push before it is put
 back: no replica serves stale weights after a push.
@@ -26,7 +26,7 @@ from rollout.auth import bearer_headers
 from rollout.client import EngineRequestError, EngineUnavailableError, Sample, generate_payload, samples_from_answer
 from rollout.protocol import ENGINE_HEADER, SamplingParams
 from rollout.router import ROUTING_KEY_HEADER
-from rollout.weight_delivery import WeightDelivery
+from rollout.weight_push import WeightDelivery
 
 log = logging.getLogger("rollout.fleet")
 

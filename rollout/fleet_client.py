@@ -18,7 +18,7 @@ import threading
 from rollout.client import Sample
 from rollout.fleet import Fleet
 from rollout.protocol import SamplingParams
-from rollout.weight_delivery import WeightDelivery
+from rollout.weight_push import WeightDelivery
 
 
 class FleetClient:

@@ -83,14 +83,14 @@ class EngineProcess:
                  startup_timeout_s: float = 120.0, weights_dirs: Sequence[Path] = (), precision: str = "auto",
                  threads: int | None = None):
         """`weights_dirs`: the local folders its `update_weights` may load from (where a trainer pushes);
-        `precision`: the served weights' dtype (rollout.server's --precision); `threads`: its CPU threads
+        `precision`: the served weights' dtype (rollout.engine.server's --precision); `threads`: its CPU threads
         (default one per core: give fewer when it shares the cores with a trainer or other engines)."""
         args = ["--checkpoint", checkpoint, "--seed", str(seed), "--precision", precision]
         if threads:
             args += ["--threads", str(threads)]
         for folder in weights_dirs:
             args += ["--weights-dir", str(folder)]
-        self.service = ServiceProcess("rollout.server", args, log_path, host=host, startup_timeout_s=startup_timeout_s)
+        self.service = ServiceProcess("rollout.engine.server", args, log_path, host=host, startup_timeout_s=startup_timeout_s)
         self.downloads: Path | None = None
 
     @property
@@ -128,7 +128,7 @@ class EngineProcess:
 
 
 class EnvServiceProcess(ServiceProcess):
-    """An agent task service (rollout/envs/service.py), registering with `orchestrator` when given."""
+    """An agent task service (rollout/agents/envs/service.py), registering with `orchestrator` when given."""
 
     def __init__(self, task: str, log_path: Path, *, orchestrator: str | None = None,
                  latency_median_s: float | None = None, latency_sigma: float = 1.0, host: str = "127.0.0.1"):
@@ -137,7 +137,7 @@ class EnvServiceProcess(ServiceProcess):
             args += ["--orchestrator", orchestrator]
         if latency_median_s:
             args += ["--latency-median-s", str(latency_median_s), "--latency-sigma", str(latency_sigma)]
-        super().__init__("rollout.envs.service", args, log_path, host=host, startup_timeout_s=60.0)
+        super().__init__("rollout.agents.envs.service", args, log_path, host=host, startup_timeout_s=60.0)
 
 
 class RouterProcess(ServiceProcess):

@@ -238,3 +238,34 @@ class UpdateWeightsResponse(BaseModel):
     success: bool
     message: str
     weight_version: str
+
+
+# SGLang's distributed weight update (srt/managers/io_struct.py): the trainer and its engines form a
+# torch.distributed group of their own (rollout/process_group.py), then the trainer broadcasts.
+GROUP_NAME = "weight_update_group"  # SGLang's default
+
+
+class InitWeightsUpdateGroup(BaseModel):
+    """SGLang's InitWeightsUpdateGroupReqInput."""
+
+    model_config = ConfigDict(extra="ignore")
+    master_address: str
+    master_port: int = Field(ge=1, le=65535)
+    rank_offset: int = Field(ge=1)
+    world_size: int = Field(ge=2)
+    group_name: str = GROUP_NAME
+    backend: str = "nccl"
+
+
+class UpdateWeightsFromDistributed(BaseModel):
+    """SGLang's UpdateWeightsFromDistributedReqInput (the fields a dense model's update uses)."""
+
+    model_config = ConfigDict(extra="ignore")
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[list[int]]
+    group_name: str = GROUP_NAME
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+    load_format: str | None = None

@@ -16,14 +16,13 @@ from data_contracts import ROLLOUT_V1
 from data_contracts.conversation import messages_from_records
 from data_contracts.parquet import write_parquet
 from model.presets import build_model
-from rollout.envs.catalog import task_class
+from rollout.agents.envs.catalog import task_class
+from rollout.agents.orchestrator import EpisodeSettings, Orchestrator, RolloutSpec
+from rollout.agents.task_services import TaskServices
 from rollout.fleet import Fleet
-from rollout.orchestrator import EpisodeSettings, Orchestrator, RolloutSpec
 from rollout.process import EngineProcess, RouterProcess
 from rollout.protocol import SamplingParams
-from rollout.task_services import TaskServices
-from rollout.weight_delivery import Broadcast, FromDisk
-from rollout.weight_sync import FleetWeightGroup
+from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk
 from suites.prepare import SuiteSizes, prompt_splits
 from tests.faults.processes import wait_for
 from tests.unavailable_proxy import UnavailableProxy

@@ -62,7 +62,7 @@ def test_groups_with_more_than_half_valid_are_refilled_in_order_and_the_rest_dro
 
 
 def test_context_keeps_recent_results_and_discards_the_history_past_the_threshold():
-    from rollout.context import EpisodeContext
+    from rollout.agents.context import EpisodeContext
 
     context = EpisodeContext([1, 2], keep_recent=2, discard_above=20)
     for r in range(3):  # model ids 10+r, env ids 20+r (3 tokens), placeholder 9
@@ -81,7 +81,7 @@ def test_context_keeps_recent_results_and_discards_the_history_past_the_threshol
 
 
 def _result(rollout_id, status="ok", reward=1.0, versions=(3,), failure=None):
-    from rollout.orchestrator import RolloutResult, RolloutSpec
+    from rollout.agents.orchestrator import RolloutResult, RolloutSpec
 
     spec = RolloutSpec(rollout_id, "g", "search", {"id": "p"})
     return RolloutResult(spec, [{"sample_id": f"{rollout_id}/0"}], None if status == "env_error" else reward, status,

@@ -6,15 +6,15 @@ import random
 import pytest
 import torch
 
+from rollout.agents.orchestrator import RolloutResult, RolloutSpec
 from rollout.client import Sample
-from rollout.orchestrator import RolloutResult, RolloutSpec
+from stages.common.icepop_loss import grpo_icepop_loss
 from stages.common.prompts import RlPrompt
 from stages.common.rl_batches import padded_batch
 from stages.distill.config import DistillConfig, TeacherSpec
 from stages.distill.data import draw_prompts
 from stages.distill.loss import distill_advantages, response_aligned, reverse_kl_by_teacher
 from stages.distill.rows import episode_rows, sample_rows
-from stages.grpo.loss import grpo_icepop_loss
 
 
 def t(rows):

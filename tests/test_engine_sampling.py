@@ -2,7 +2,7 @@
 
 import torch
 
-from rollout.engine import draw, sample
+from rollout.engine.generation import draw, sample
 from rollout.protocol import SamplingParams
 
 

@@ -7,8 +7,8 @@ import time
 
 from fastapi.testclient import TestClient
 
-from rollout.envs.service import build_env_app
-from rollout.envs.tasks import MAX_TOOL_CALLS_PER_TURN, CalcTask, SearchTask
+from rollout.agents.envs.service import build_env_app
+from rollout.agents.envs.tasks import MAX_TOOL_CALLS_PER_TURN, CalcTask, SearchTask
 
 PROMPT = [{"role": "user", "content": "What is 2 + 2?"}]
 

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from stages.grpo.icepop import IcePopSettings
-from stages.grpo.loss import group_advantages, grpo_icepop_loss, zero_signal_groups
+from stages.common.icepop import IcePopSettings
+from stages.common.icepop_loss import group_advantages, grpo_icepop_loss, zero_signal_groups
 from stages.grpo.rewards import informative_groups
 
 

@@ -17,9 +17,9 @@ from model.presets import build_model
 from model.tokenizer import load_tokenizer
 from posttrain.cli import app
 from stages.common.events import parse_event
+from stages.common.icepop_loss import group_advantages
 from stages.common.policy import freeze_matching
 from stages.grpo.config import ReasoningRlConfig
-from stages.grpo.loss import group_advantages
 from tests.rollout_checks import check_advantages, check_scores
 
 

@@ -11,7 +11,7 @@ from data_contracts.conversation import messages_from_records
 from model.renderer import render
 from model.thinking import CHAT_THINKING_MODE, apply_thinking_mode, assign_modes
 from model.tool_calls import ToolCall
-from rollout.envs.tasks import CalcTask, Episode
+from rollout.agents.envs.tasks import CalcTask, Episode
 from suites import chat, instruct, judge, search
 from suites.chat_topics import ANCHORS
 from suites.prepare import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.envs.catalog import UnknownTaskError, known_tasks, load_task, task_class
-from rollout.envs.tasks import CalcTask, SearchTask
+from rollout.agents.envs.catalog import UnknownTaskError, known_tasks, load_task, task_class
+from rollout.agents.envs.tasks import CalcTask, SearchTask
 from stages.agentic.config import AgenticRlConfig
 
 BUILT: list[str] = []

@@ -6,9 +6,9 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from rollout.envs.catalog import task_class
-from rollout.orchestrator import EpisodeSettings
+from rollout.agents.orchestrator import EpisodeSettings
 from stages.agentic.importance import ImportanceSettings
+from stages.common.agent_tasks import check_tasks
 from stages.common.config import (
     WEIGHT_SYNC_HELP,
     ComputeSettings,
@@ -19,13 +19,6 @@ from stages.common.config import (
     WeightSync,
 )
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
-
-
-def check_tasks(tasks: list[str]) -> list[str]:
-    """Each task is offered (`posttrain.tasks` entry point) or importable by dotted path, or a ValueError names it."""
-    for task in tasks:
-        task_class(task)
-    return tasks
 
 
 class AgenticRecipe(BaseModel):

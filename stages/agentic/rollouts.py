@@ -16,10 +16,10 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
+from rollout.agents.orchestrator import Orchestrator, RolloutResult, RolloutSpec
+from rollout.agents.registry import TaskRegistry
 from rollout.fleet import Fleet
-from rollout.orchestrator import Orchestrator, RolloutResult, RolloutSpec
-from rollout.registry import TaskRegistry
-from rollout.weight_delivery import WeightDelivery
+from rollout.weight_push import WeightDelivery
 from stages.agentic.config import AgenticRlConfig
 from stages.agentic.groups import is_stale, refill_group
 

@@ -17,15 +17,15 @@ from contextlib import ExitStack
 import torch
 
 from model.presets import load_model
+from rollout.agents.task_services import TaskServices
 from rollout.process import EngineProcess, RouterProcess
-from rollout.task_services import TaskServices
-from rollout.weight_delivery import FromDisk
+from rollout.weight_push import FromDisk
 from stages.agentic.config import AgenticRlConfig
-from stages.agentic.data import agent_task_rows
 from stages.agentic.importance import ImportanceSettings
 from stages.agentic.loss import centred_advantages, direct_is_loss, importance_mask
 from stages.agentic.record import agentic_rows
 from stages.agentic.rollouts import RolloutProducer, next_batch
+from stages.common.agent_tasks import agent_task_rows
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split, stage_main

@@ -17,8 +17,14 @@ from model.dsa import install_dsa_indexers, set_dense_attention
 from rollout.client import EngineClient
 from rollout.fleet_client import FleetClient
 from rollout.process import EngineProcess, RouterProcess
-from rollout.weight_delivery import Broadcast, FromDisk, WeightDelivery
-from rollout.weight_sync import DistributedWeightPush, FleetWeightGroup, address_reachable_from
+from rollout.weight_push import (
+    Broadcast,
+    DistributedWeightPush,
+    FleetWeightGroup,
+    FromDisk,
+    WeightDelivery,
+    address_reachable_from,
+)
 from stages.common.config import ComputeSettings, OptimizerSettings, WeightSync
 from stages.common.distributed import Dist, barrier
 from stages.common.hf_weights import gathered, merged_lora_state_dict, save_hf

@@ -13,7 +13,7 @@ from data_contracts.contract import Contract
 from data_contracts.conversation import messages_from_records
 from infra.publish import published_contract
 from infra.store import CommittedArtifact
-from rollout.trajectory import prompt_ids
+from rollout.agents.trajectory import prompt_ids
 from suites.answers import stated_answer
 
 

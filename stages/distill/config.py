@@ -7,8 +7,8 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
-from rollout.orchestrator import EpisodeSettings
-from stages.agentic.config import check_tasks
+from rollout.agents.orchestrator import EpisodeSettings
+from stages.common.agent_tasks import check_tasks
 from stages.common.config import (
     WEIGHT_SYNC_HELP,
     ComputeSettings,
@@ -18,8 +18,8 @@ from stages.common.config import (
     StageIO,
     WeightSync,
 )
+from stages.common.icepop import IcePopSettings
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
-from stages.grpo.icepop import IcePopSettings
 
 # The stages whose final checkpoints teach, and so how their domain is evaluated (flows/distill.py).
 TeacherSource = Literal["reasoning_rl", "agentic_rl", "general_rl"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.store import ArtifactStore
-from stages.agentic.data import agent_task_rows
+from stages.common.agent_tasks import agent_task_rows
 from stages.common.inputs import load_split
 from stages.common.prompts import RlPrompt, parse_prompts, prompt_contract
 from stages.distill.config import TeacherSpec
@@ -23,7 +23,7 @@ class AgentEpisode:
     """One agent task row for the student to play whole; `teacher` scores every turn it samples."""
 
     task: str
-    row: Mapping  # id, messages, reference_answer, metadata (as stages/agentic/data.py gives them)
+    row: Mapping  # id, messages, reference_answer, metadata (as stages/common/agent_tasks.py gives them)
     teacher: str
 
 

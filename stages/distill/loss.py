@@ -1,6 +1,6 @@
 """On-policy distillation's advantage (SPEC Eq. 2): A_t = sg[log π_teacher(y_t) − log π_θ(y_t)] per token.
 
-It enters the Eq. 1 objective in place of GRPO's group advantage (stages/grpo/loss.py, with the
+It enters the Eq. 1 objective in place of GRPO's group advantage (stages/common/icepop_loss.py, with the
 IcePop gate and the clip kept); G = 1, so there is no group to normalize over.
 """
 

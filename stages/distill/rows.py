@@ -1,7 +1,7 @@
 """The sequences distillation trains on: what the student's engine saw and sampled, and whose teacher scores it.
 
 A first-reply prompt gives one row: the prompt and the sampled reply. An agent episode gives one row per
-segment of its trajectory (rollout/trajectory.py): the model's turns with the environment's tokens
+segment of its trajectory (rollout/agents/trajectory.py): the model's turns with the environment's tokens
 between them, masked out, so the teacher scores, and the loss trains, the model's tokens only.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rollout.agents.orchestrator import RolloutResult
 from rollout.client import Sample
-from rollout.orchestrator import RolloutResult
 from stages.common.prompts import RlPrompt
 
 

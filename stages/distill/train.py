@@ -23,16 +23,18 @@ from contextlib import ExitStack
 import torch
 
 from model.presets import load_model
+from rollout.agents.episodes import play_episodes
+from rollout.agents.orchestrator import RolloutResult, RolloutSpec
+from rollout.agents.task_services import TaskServices
 from rollout.client import EngineClient
-from rollout.episodes import play_episodes
 from rollout.fleet_client import FleetClient
-from rollout.orchestrator import RolloutResult, RolloutSpec
 from rollout.protocol import SamplingParams
-from rollout.task_services import TaskServices
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
 from stages.common.distributed import Dist, all_mean, rank_share
 from stages.common.finite import FiniteSteps
+from stages.common.icepop import IcePopSettings
+from stages.common.icepop_loss import grpo_icepop_loss, icepop_in_band
 from stages.common.inputs import StageInputs, stage_main
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
@@ -44,8 +46,6 @@ from stages.distill.loss import distill_advantages, response_aligned, reverse_kl
 from stages.distill.record import distill_rows
 from stages.distill.rows import StudentRow, episode_rows, sample_rows
 from stages.distill.teachers import teacher_engines, teacher_logprobs
-from stages.grpo.icepop import IcePopSettings
-from stages.grpo.loss import grpo_icepop_loss, icepop_in_band
 
 
 def train(config: DistillConfig, stage: StageInputs) -> str:

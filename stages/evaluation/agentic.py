@@ -14,13 +14,13 @@ from pathlib import Path
 
 from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
+from rollout.agents.episodes import play_episodes
+from rollout.agents.orchestrator import RolloutResult, RolloutSpec
+from rollout.agents.task_services import TaskServices
 from rollout.client import EngineClient
-from rollout.episodes import play_episodes
-from rollout.orchestrator import RolloutResult, RolloutSpec
 from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams
-from rollout.task_services import TaskServices
-from stages.agentic.data import agent_task_rows
+from stages.common.agent_tasks import agent_task_rows
 from stages.common.inputs import load_split
 from stages.evaluation.committed import committed_eval
 from stages.evaluation.settings import AgenticEvalSettings

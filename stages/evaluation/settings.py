@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rollout.orchestrator import EpisodeSettings
+from rollout.agents.orchestrator import EpisodeSettings
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from stages.common.config import (
     StageIO,
     WeightSync,
 )
+from stages.common.icepop import IcePopSettings
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
-from stages.grpo.icepop import IcePopSettings
 
 
 class RewardSpec(BaseModel):

@@ -23,6 +23,8 @@ from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
 from stages.common.distributed import Dist, all_mean, rank_share
 from stages.common.finite import FiniteSteps
+from stages.common.icepop import IcePopSettings
+from stages.common.icepop_loss import group_advantages, grpo_icepop_loss, icepop_in_band, zero_signal_groups
 from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
@@ -31,8 +33,6 @@ from stages.common.rl_batches import TrainBatch, train_batch
 from stages.common.training_engine import peak_memory_mb, step_shape
 from stages.grpo.anchors import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
 from stages.grpo.config import AnchorSettings, GeneralRlConfig, GrpoRecipe, ReasoningRlConfig
-from stages.grpo.icepop import IcePopSettings
-from stages.grpo.loss import group_advantages, grpo_icepop_loss, icepop_in_band, zero_signal_groups
 from stages.grpo.record import grpo_rows
 from stages.grpo.rewards import WeightedReward, group_rewards, informative_groups
 

@@ -1,6 +1,6 @@
 """Reasoning RL: `python -m stages.grpo.reasoning --config run.json`, alone or under torchrun / deepspeed.
 
-GRPO + IcePop (stages/grpo/loss.py) on prompts with a reference answer — chat@1 rows whose reply
+GRPO + IcePop (stages/common/icepop_loss.py) on prompts with a reference answer — chat@1 rows whose reply
 states it, or prompt@1 rows that carry it — scored by verifier rewards; the loop is
 stages/grpo/loop.py, shared with general RL.
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from stages.grpo.icepop import IcePopSettings
+from stages.common.icepop import IcePopSettings
 
 
 def group_advantages(rewards: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 A rollout resets its task's service with a prompt row, then alternates engine turns (routed by
 rollout id, so all its turns share one replica) and environment steps until the episode ends or
 runs out of turns, and asks the service for the reward. Its tokens are recorded as rollout@1 samples
-(rollout/trajectory.py). A failing environment marks the rollout `env_error` with the cause: such
+(rollout/agents/trajectory.py). A failing environment marks the rollout `env_error` with the cause: such
 samples are removed from training, never scored as the model's failure.
 """
 
@@ -18,11 +18,11 @@ import httpx
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from rollout.agents.context import OLD_RESULT_PLACEHOLDER, EpisodeContext
+from rollout.agents.registry import TaskRegistry
+from rollout.agents.trajectory import TrajectoryBuilder, observation_ids, prompt_ids
 from rollout.auth import bearer_headers
-from rollout.context import OLD_RESULT_PLACEHOLDER, EpisodeContext
 from rollout.protocol import SamplingParams
-from rollout.registry import TaskRegistry
-from rollout.trajectory import TrajectoryBuilder, observation_ids, prompt_ids
 
 if TYPE_CHECKING:  # the fleet's weight delivery imports torch, which a stage config (and the CLI) never needs
     from rollout.fleet import Fleet

@@ -10,7 +10,8 @@ from model.dsa import install_dsa_indexers
 from model.presets import build_model
 from rollout.client import scoring_payload
 from rollout.process import EngineProcess
-from rollout.weight_sync import DistributedWeightPush, InitWeightsUpdateGroup, UpdateWeightsFromDistributed
+from rollout.protocol import InitWeightsUpdateGroup, UpdateWeightsFromDistributed
+from rollout.weight_push import DistributedWeightPush
 from tests.sglang_types import request_fields
 
 BATCH = [[11, 12, 13, 14, 15, 16, 17, 18], [40, 41, 42, 43, 44], [7, 70, 700, 7, 70, 700, 7]]

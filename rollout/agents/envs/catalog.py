@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 
 from pydantic import ImportString, TypeAdapter, ValidationError
 
-from rollout.envs.tasks import AgentTask
+from rollout.agents.envs.tasks import AgentTask
 
 ENTRY_POINT_GROUP = "posttrain.tasks"
 _IMPORT = TypeAdapter(ImportString)

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from model.tool_calls import ToolCall
 from model.turns import score_turn
-from rollout.envs.sandbox import SandboxLimits, calculate
+from rollout.agents.envs.sandbox import SandboxLimits, calculate
 from suites.answers import stated_answer, stated_integer
 from suites.calc import TOOLS as CALC_TOOLS
 from suites.search import TOOLS as SEARCH_TOOLS

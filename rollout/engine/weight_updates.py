@@ -3,7 +3,8 @@
 A committed checkpoint from a store (its digests are checked on download) or a directory under one the
 operator allowed (`--weights-dir`: where trainers push their weights), holding the architecture the
 engine serves (an ORM checkpoint or a model with another vocabulary is not a policy update), and small
-enough to fit in the memory left. Each refusal is an HTTP status naming what failed.
+enough to fit in the memory left. Each refusal is an HTTP status naming what failed. And the engine's
+side of a distributed push: the broadcast tensors received straight into the served parameters.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
 from infra.store import open_artifact
+from rollout.protocol import UpdateWeightsFromDistributed
 
 # Keys of config.json that describe how a checkpoint was saved, not what the model is.
 NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache",
@@ -83,3 +88,21 @@ def available_memory(device) -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("/proc/meminfo has no MemAvailable")
+
+
+def receive_into(group: dist.ProcessGroup, request: UpdateWeightsFromDistributed, targets: dict[str, torch.Tensor]) -> None:
+    """An engine's side of one push: every listed tensor received from rank 0 and copied into its target."""
+    unknown = [name for name in request.names if name not in targets]
+    if unknown:
+        raise KeyError(f"names: {', '.join(unknown[:3])} not in the served model")
+    for name, dtype, shape in zip(request.names, request.dtypes, request.shapes, strict=True):
+        target = targets[name]
+        if list(target.shape) != shape:
+            raise ValueError(f"{name}: shape {shape}, the served model's is {list(target.shape)}")
+        incoming_dtype = getattr(torch, dtype)
+        if incoming_dtype == target.dtype and target.is_contiguous():
+            group.broadcast(target, 0).wait()  # in place
+        else:
+            incoming = torch.empty(shape, dtype=incoming_dtype, device=target.device)
+            group.broadcast(incoming, 0).wait()
+            target.copy_(incoming)

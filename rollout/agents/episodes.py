@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from rollout.agents.orchestrator import EpisodeSettings, Orchestrator, RolloutResult, RolloutSpec
+from rollout.agents.task_services import TaskServices
 from rollout.fleet import Fleet
-from rollout.orchestrator import EpisodeSettings, Orchestrator, RolloutResult, RolloutSpec
 from rollout.protocol import SamplingParams
-from rollout.task_services import TaskServices
 
 
 def play_episodes(specs: Sequence[RolloutSpec], engine_url: str, services: TaskServices, tokenizer,

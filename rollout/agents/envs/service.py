@@ -1,4 +1,4 @@
-"""An agent task as its own HTTP service: `python -m rollout.envs.service --task search --port N`.
+"""An agent task as its own HTTP service: `python -m rollout.agents.envs.service --task search --port N`.
 
 Endpoints: `POST /reset` poses a task row as a new episode, `POST /step` applies one model turn and
 returns the tool results, `POST /verify` scores the finished episode (and forgets it), `GET /health`.
@@ -22,12 +22,12 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
 from infra.lifetime import exit_with_owner
+from rollout.agents.envs.catalog import load_task
+from rollout.agents.envs.tasks import AgentTask, Episode, take_turn
 from rollout.auth import api_key, bearer_headers, require_api_key
-from rollout.envs.catalog import load_task
-from rollout.envs.tasks import AgentTask, Episode, take_turn
 from rollout.http_errors import install_validation_errors
 
-log = logging.getLogger("rollout.envs")
+log = logging.getLogger("rollout.agents.envs")
 
 
 class ResetRequest(BaseModel):

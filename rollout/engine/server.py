@@ -1,12 +1,12 @@
-"""The rollout engine as an HTTP service: `python -m rollout.server --checkpoint URI --port N`.
+"""The rollout engine as an HTTP service: `python -m rollout.engine.server --checkpoint URI --port N`.
 
 Endpoints (SGLang's native names and shapes): `POST /generate`, `POST /update_weights` (also as
 `/update_weights_from_disk`), SGLang's distributed weight update (`POST /init_weights_update_group`,
-`/update_weights_from_distributed`, `/destroy_weights_update_group`: rollout/weight_sync.py), `GET /health`,
+`/update_weights_from_distributed`, `/destroy_weights_update_group`: rollout/weight_push.py), `GET /health`,
 `GET /get_model_info`. Every route takes the API key when one is set. Bad input is a 400 naming the
 field; a checkpoint that cannot be loaded leaves the served weights as they were, and one that is not
 the served architecture, not from a store or a `--weights-dir`, or too large for the memory left is
-refused before loading (rollout/weight_updates.py).
+refused before loading (rollout/engine/weight_updates.py).
 """
 
 from __future__ import annotations
@@ -34,30 +34,34 @@ from infra.lifetime import end_process, exit_with_owner
 from infra.store import open_artifact
 from model.precision import Precision
 from rollout.auth import API_KEY_ENV, api_key, require_api_key
-from rollout.batching import RequestBatcher
-from rollout.engine import Completion, Engine, PromptError
+from rollout.engine.batching import RequestBatcher
+from rollout.engine.generation import Completion, Engine, PromptError
+from rollout.engine.main_thread import MainThreadRunner
+from rollout.engine.weight_updates import (
+    UpdateRefused,
+    available_memory,
+    check_architecture,
+    check_memory,
+    inspect,
+    receive_into,
+)
 from rollout.http_errors import install_validation_errors
-from rollout.main_thread import MainThreadRunner
+from rollout.process_group import join_group
 from rollout.protocol import (
     ENGINE_HEADER,
+    GROUP_NAME,
     GenerateOutput,
     GenerateRequest,
+    InitWeightsUpdateGroup,
     MetaInfo,
     RequestLimits,
     UniformBatch,
+    UpdateWeightsFromDistributed,
     UpdateWeightsRequest,
     UpdateWeightsResponse,
 )
-from rollout.weight_sync import (
-    GROUP_NAME,
-    InitWeightsUpdateGroup,
-    UpdateWeightsFromDistributed,
-    join_group,
-    receive_into,
-)
-from rollout.weight_updates import UpdateRefused, available_memory, check_architecture, check_memory, inspect
 
-log = logging.getLogger("rollout.server")
+log = logging.getLogger("rollout.engine.server")
 
 
 # What an engine needs of a checkpoint: not DeepSpeed's resume state (optimizer moments, twice the model).

@@ -1,10 +1,11 @@
-"""Agent task rows from the published chat@1 suites: what the orchestrator poses to each task service."""
+"""Agent tasks as configs name them, and their rows from the published chat@1 suites: what the orchestrator
+poses to each task service (agentic RL, distillation's agent episodes, the agentic evaluation)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rollout.envs.catalog import task_class
+from rollout.agents.envs.catalog import task_class
 from stages.common.prompts import prompt_messages, reference_answer
 from suites.prepare import split_seed
 from suites.search_tools import matches_graph, split_graph
@@ -40,3 +41,10 @@ def agent_task_rows(rows: Sequence[Mapping], tasks: Sequence[str], data_seed: in
         suites = [suite for suite, task in task_of_suite.items() if task in empty]
         raise ValueError(f"no rows for tasks {empty}: the datasets hold no rows of the suites {suites}")
     return by_task
+
+
+def check_tasks(tasks: list[str]) -> list[str]:
+    """Each task is offered (`posttrain.tasks` entry point) or importable by dotted path, or a ValueError names it."""
+    for task in tasks:
+        task_class(task)
+    return tasks

@@ -13,8 +13,8 @@ from pathlib import Path
 import uvicorn
 
 from infra.ports import free_port
+from rollout.agents.registry import TaskRegistry, registry_app
 from rollout.process import EnvServiceProcess
-from rollout.registry import TaskRegistry, registry_app
 
 
 class TaskServices:

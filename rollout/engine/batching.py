@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from rollout.engine import Completion, Engine
+from rollout.engine.generation import Completion, Engine
 from rollout.protocol import UniformBatch
 
 

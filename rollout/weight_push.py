@@ -1,4 +1,9 @@
-"""Weights from a trainer to its engines without the disk: SGLang's distributed weight update.
+"""The trainer's side of a weight push: how one push reaches a set of engines (`WeightDelivery`), as a
+checkpoint each engine loads from disk (`POST /update_weights_from_disk`) or as a broadcast over SGLang's
+distributed weight update group. The fleet (rollout/fleet.py) decides which engines; a delivery only says,
+per engine, whether it now serves the weights.
+
+The broadcast, without the disk:
 
 The trainer asks every engine to join a torch.distributed group with it (`POST /init_weights_update_group`:
 the trainer is rank 0, engine i is rank `rank_offset` = i + 1), then for each push tells them the names,
@@ -12,64 +17,25 @@ engines never join the trainer's collectives, and a trainer rank can hold one gr
 
 from __future__ import annotations
 
-import datetime
+import asyncio
 import logging
 import socket
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
+import httpx
 import requests
 import torch
-import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field
 
 from infra.ports import free_port
 from rollout.auth import bearer_headers
+from rollout.process_group import dtype_name, join_group
+from rollout.protocol import GROUP_NAME, InitWeightsUpdateGroup, UpdateWeightsFromDistributed
 
-log = logging.getLogger("rollout.weight_sync")
-
-GROUP_NAME = "weight_update_group"  # SGLang's default
-
-
-class InitWeightsUpdateGroup(BaseModel):
-    """SGLang's InitWeightsUpdateGroupReqInput."""
-
-    model_config = ConfigDict(extra="ignore")
-    master_address: str
-    master_port: int = Field(ge=1, le=65535)
-    rank_offset: int = Field(ge=1)
-    world_size: int = Field(ge=2)
-    group_name: str = GROUP_NAME
-    backend: str = "nccl"
-
-
-class UpdateWeightsFromDistributed(BaseModel):
-    """SGLang's UpdateWeightsFromDistributedReqInput (the fields a dense model's update uses)."""
-
-    model_config = ConfigDict(extra="ignore")
-    names: list[str]
-    dtypes: list[str]
-    shapes: list[list[int]]
-    group_name: str = GROUP_NAME
-    flush_cache: bool = True
-    abort_all_requests: bool = False
-    weight_version: str | None = None
-    load_format: str | None = None
-
-
-def join_group(backend: str, master_address: str, master_port: int, rank: int, world_size: int,
-               timeout_s: float = 300.0) -> dist.ProcessGroup:
-    """A process group of its own (not torch.distributed's default one); rank 0 hosts its TCP store."""
-    timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0, timeout=timeout)
-    if backend == "gloo":
-        return dist.ProcessGroupGloo(store, rank, world_size, timeout)
-    if backend == "nccl":
-        options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout
-        return dist.ProcessGroupNCCL(store, rank, world_size, options)
-    raise ValueError(f"backend: {backend!r}; give gloo or nccl")
+log = logging.getLogger("rollout.weight_push")
 
 
 def address_reachable_from(engine_url: str) -> str:
@@ -79,28 +45,6 @@ def address_reachable_from(engine_url: str) -> str:
     if host in ("localhost", "::1") or host.startswith("127."):
         return "127.0.0.1"
     return socket.gethostbyname(socket.getfqdn())
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def receive_into(group: dist.ProcessGroup, request: UpdateWeightsFromDistributed, targets: dict[str, torch.Tensor]) -> None:
-    """An engine's side of one push: every listed tensor received from rank 0 and copied into its target."""
-    unknown = [name for name in request.names if name not in targets]
-    if unknown:
-        raise KeyError(f"names: {', '.join(unknown[:3])} not in the served model")
-    for name, dtype, shape in zip(request.names, request.dtypes, request.shapes, strict=True):
-        target = targets[name]
-        if list(target.shape) != shape:
-            raise ValueError(f"{name}: shape {shape}, the served model's is {list(target.shape)}")
-        incoming_dtype = getattr(torch, dtype)
-        if incoming_dtype == target.dtype and target.is_contiguous():
-            group.broadcast(target, 0).wait()  # in place
-        else:
-            incoming = torch.empty(shape, dtype=incoming_dtype, device=target.device)
-            group.broadcast(incoming, 0).wait()
-            target.copy_(incoming)
 
 
 class WeightGroupError(RuntimeError):
@@ -236,3 +180,44 @@ class FleetWeightGroup:
         if self.group is not None:
             group, self.group = self.group, None
             group.destroy()
+
+
+class WeightDelivery(Protocol):
+    version: str
+
+    async def deliver(self, client: httpx.AsyncClient, urls: list[str]) -> dict[str, str | None]:
+        """Per engine URL: None once it serves these weights as `version`, else why not."""
+        ...
+
+
+@dataclass(frozen=True)
+class FromDisk:
+    checkpoint: str
+    version: str
+
+    async def deliver(self, client: httpx.AsyncClient, urls: list[str]) -> dict[str, str | None]:
+        problems = await asyncio.gather(*(self._load(client, url) for url in urls))
+        return dict(zip(urls, problems, strict=True))
+
+    async def _load(self, client: httpx.AsyncClient, url: str) -> str | None:
+        try:
+            response = await client.post(f"{url}/update_weights_from_disk",
+                                         json={"model_path": self.checkpoint, "weight_version": self.version})
+        except httpx.TransportError as error:
+            return repr(error)
+        if response.status_code != 200:
+            return f"answered {response.status_code}: {response.text[:200]}"
+        served = response.json().get("weight_version")
+        return None if served == self.version else f"serves weight version {served!r}, not {self.version!r}"
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """The trainer's tensors as they are now (it waits for the push), sent to every engine at once."""
+
+    group: FleetWeightGroup
+    tensors: list[tuple[str, torch.Tensor]]
+    version: str
+
+    async def deliver(self, client: httpx.AsyncClient, urls: list[str]) -> dict[str, str | None]:
+        return await asyncio.to_thread(self.group.push, urls, self.tensors, self.version)
