@@ -26,6 +26,27 @@ def test_a_partial_nested_value_keeps_the_stages_own_defaults():
     assert (agentic.episode.max_turns, agentic.episode.max_context, agentic.optimizer.warmup_steps) == (2, 1024, 2)
 
 
+STAGE_CONFIGS = (SftConfig, TrainOrmConfig, ReasoningRlConfig, GeneralRlConfig, AgenticRlConfig, DistillConfig)
+TEACHER = {"teachers": [{"source": "reasoning_rl", "checkpoint": "c", "datasets": ["datasets/d"]}]}
+
+
+@pytest.mark.parametrize("config_type", STAGE_CONFIGS, ids=lambda c: c.__name__)
+def test_every_stage_fills_a_partial_nested_value_from_its_own_defaults(config_type):
+    """Every nested settings model of every stage, given one of its fields only, keeps the stage's values for
+    the rest, and a launch without `kind` keeps the default local one (a subclass validator that shadowed the
+    recipe's filler made RL stages refuse `launch: {nproc: 2}` and take class defaults)."""
+    io = IO | (TEACHER if config_type is DistillConfig else {})
+    default = config_type(**io)
+    assert config_type(**io, launch={"nproc": 2}).launch.nproc == 2
+    for name, field in config_type.model_fields.items():
+        value = getattr(default, name)
+        if name in ("launch", "provenance") or not hasattr(value, "model_fields"):
+            continue
+        first = next(iter(type(value).model_fields))
+        partial = config_type(**io, **{name: {first: getattr(value, first)}})
+        assert getattr(partial, name) == value, f"{config_type.__name__}.{name}"
+
+
 def test_the_forms_schema_shows_each_stages_defaults():
     assert SftConfig.model_json_schema()["properties"]["optimizer"]["default"]["lr"] == 3e-3
     assert TrainOrmConfig.model_json_schema()["properties"]["optimizer"]["default"]["lr"] == 3e-4

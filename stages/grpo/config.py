@@ -130,7 +130,7 @@ class ReasoningRlConfig(GrpoRecipe, StageIO):
         return contract_id in (CHAT_V1.id, PROMPT_V1.id)
 
     @model_validator(mode="after")
-    def _stage_defaults(self):
+    def _default_rewards(self):
         if not self.rewards:
             self.rewards = [RewardSpec(path="rewards.verifiers.ArithExactMatch")]
         return self
@@ -149,7 +149,7 @@ class GeneralRlConfig(GrpoRecipe, StageIO):
     anchors: AnchorSettings = AnchorSettings()
 
     @model_validator(mode="after")
-    def _stage_defaults(self):
+    def _default_rewards(self):
         if not self.rewards:
             self.rewards = default_general_rewards()
         return self
