@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from data_prep.prepare import prepare
 from infra.launch import run_stage_job
 from infra.launchers.local import LocalLaunch
 from infra.store import open_store
 from stages.agentic.config import AgenticRlConfig
 from stages.common.events import parse_event
-from stages.prepare import prepare
 from suites.prepare import SuiteSizes
 
 
@@ -32,7 +32,7 @@ def run_mode(mode: str, store: dict, args, workdir: Path) -> dict:
     config = AgenticRlConfig(
         run_id=f"bench-{mode}", store=store["root"], init_checkpoint=store["init"], datasets=store["datasets"],
         mode=mode, max_steps=args.steps, group_size=args.group_size, groups_per_step=args.groups_per_step,
-        max_in_flight_groups=args.in_flight, replicas=2, sampling={"max_new_tokens": 16},
+        max_in_flight_groups=args.in_flight, engines={"replicas": 2}, sampling={"max_new_tokens": 16},
         episode={"max_turns": 3, "max_context": 512, "discard_above": 480}, env_latency_median_s=args.latency_median_s, env_latency_sigma=args.latency_sigma,
         staleness_tau=args.steps, checkpoint_every=10_000,
     )

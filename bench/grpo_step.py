@@ -68,7 +68,7 @@ def run_ours(store, checkpoint: str, dataset: str, steps: int, threads: int, syn
             run_id=f"bench-{tag}", store=str(Path(tmp) / "store"), init_checkpoint=checkpoint, datasets=[dataset],
             prompts_per_step=PROMPTS, group_size=GROUP, oversample=1, max_steps=steps, rewards=REWARDS,
             sampling={"max_new_tokens": NEW_TOKENS}, optimizer={"lr": LR, "warmup_steps": 1}, checkpoint_every=10_000,
-            weight_sync=sync)
+            engines={"weight_sync": sync})
         path = Path(tmp) / "run.json"
         path.write_text(config.model_dump_json())
         records: list[tuple[float, dict]] = []

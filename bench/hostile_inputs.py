@@ -444,8 +444,8 @@ def service_cases() -> list[Case]:
 
 
 def main() -> int:
+    from data_prep.prepare import prepare
     from infra.store import open_store
-    from stages.prepare import prepare
     from suites.prepare import SuiteSizes
 
     with tempfile.TemporaryDirectory(prefix="posttrain-hostile-") as tmp:

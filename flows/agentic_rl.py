@@ -7,6 +7,7 @@ from prefect import flow, task
 from flows.cards import publish_stage
 from flows.eval_log import logged
 from flows.job import train_stage, with_flow_provenance
+from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
 from stages.agentic.config import AgenticRlConfig
@@ -15,7 +16,7 @@ from stages.evaluation.settings import AgenticEvalSettings
 
 
 @task
-def train_agentic_rl(config: AgenticRlConfig) -> dict:
+def train_agentic_rl(config: AgenticRlConfig) -> Trained:
     return train_stage(config)
 
 
@@ -26,7 +27,7 @@ def evaluate_tool_tasks(store_root: str | None, checkpoint: str, datasets: list[
 
 
 @flow(name="agentic_rl", log_prints=True)
-def agentic_rl(config: AgenticRlConfig, eval_settings: AgenticEvalSettings | None = None) -> dict:
+def agentic_rl(config: AgenticRlConfig, eval_settings: AgenticEvalSettings | None = None) -> StageResult:
     """Fully asynchronous agentic RL from `config.init_checkpoint`; held-out tool-task success before and after.
 
     The stage starts its engine replicas and task services itself and stops them when it ends."""
@@ -36,7 +37,6 @@ def agentic_rl(config: AgenticRlConfig, eval_settings: AgenticEvalSettings | Non
     tasks = sorted(config.tasks)
     before = evaluate_tool_tasks(config.store, config.init_checkpoint, config.datasets, tasks, eval_settings)
     trained = train_agentic_rl(config)
-    after = evaluate_tool_tasks(config.store, trained["checkpoint"], config.datasets, tasks, eval_settings)
+    after = evaluate_tool_tasks(config.store, trained.checkpoint, config.datasets, tasks, eval_settings)
     publish_stage("agentic_rl", config, trained, before, after)
-    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
-            "metrics_before": before, "metrics_after": after}
+    return StageResult(trained, before, after)

@@ -13,20 +13,22 @@ from prefect.artifacts import (
 
 from data_contracts.lineage import Lineage
 from flows.job import stage_workdir
+from flows.results import Trained
 from flows.tracking import track_stage
 from infra.store import open_store
 from stages.common.config import StageIO
 
 
-def publish_stage(stage: str, config: StageIO, trained: dict, before: dict[str, float], after: dict[str, float]) -> None:
+def publish_stage(stage: str, config: StageIO, trained: Trained, before: dict[str, float],
+                  after: dict[str, float]) -> None:
     """The metrics table and lineage card of the trained checkpoint, and its wandb run; a stage that was
     not retrained (its output committed before) published them when it was."""
-    if trained.get("skipped"):
+    if trained.skipped:
         return
-    lineage = Lineage.model_validate(open_store(config.store).open(trained["checkpoint"]).lineage())
+    lineage = Lineage.model_validate(open_store(config.store).open(trained.checkpoint).lineage())
     publish_metrics_table(stage, before, after)
-    publish_lineage_card(stage, trained["checkpoint"], lineage)
-    track_stage(stage, config, trained["history"], before, after, trained["checkpoint"], lineage,
+    publish_lineage_card(stage, trained.checkpoint, lineage)
+    track_stage(stage, config, trained.history, before, after, trained.checkpoint, lineage,
                 stage_workdir(config) / "wandb")
 
 

@@ -8,7 +8,8 @@ from prefect import flow, task
 
 from flows.cards import publish_stage
 from flows.eval_log import logged
-from flows.job import train_stage, with_flow_provenance, with_shared_engine
+from flows.job import evaluation_engines, train_stage, with_flow_provenance, with_shared_engine
+from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
 from stages.evaluation.general import evaluate_general
@@ -17,18 +18,18 @@ from stages.grpo.config import GeneralRlConfig
 
 
 @task
-def train_general_rl(config: GeneralRlConfig) -> dict:
+def train_general_rl(config: GeneralRlConfig) -> Trained:
     return train_stage(config)
 
 
 @task
 def evaluate_rules_and_rewards(config: GeneralRlConfig, checkpoint: str, settings: GeneralEvalSettings) -> dict[str, float]:
     return logged(checkpoint, evaluate_general(open_store(config.store), checkpoint, config.datasets, config.rewards,
-                                               settings, config.engine_url))
+                                               settings, evaluation_engines(config)))
 
 
 @flow(name="general_rl", log_prints=True)
-def general_rl(config: GeneralRlConfig, eval_settings: GeneralEvalSettings | None = None) -> dict:
+def general_rl(config: GeneralRlConfig, eval_settings: GeneralEvalSettings | None = None) -> StageResult:
     """GRPO + IcePop with the configured (by default mixed) reward; held-out rule compliance and reward before and after."""
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "general_rl")
@@ -37,7 +38,6 @@ def general_rl(config: GeneralRlConfig, eval_settings: GeneralEvalSettings | Non
         config = with_shared_engine(stack, config)
         before = evaluate_rules_and_rewards(config, config.init_checkpoint, eval_settings)
         trained = train_general_rl(config)
-        after = evaluate_rules_and_rewards(config, trained["checkpoint"], eval_settings)
+        after = evaluate_rules_and_rewards(config, trained.checkpoint, eval_settings)
     publish_stage("general_rl", config, trained, before, after)
-    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
-            "metrics_before": before, "metrics_after": after}
+    return StageResult(trained, before, after)

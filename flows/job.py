@@ -11,11 +11,13 @@ from pathlib import Path
 from prefect import get_run_logger, runtime
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
+from flows.results import Trained
 from flows.tracking import PROJECT, wandb_run_id
 from infra.launch import StageFailed, run_stage_job
 from infra.openlineage import StageRunEvents
 from infra.store import open_store
-from rollout.process import EngineProcess
+from rollout.engine_settings import EngineSettings
+from rollout.engines import launch_engines
 from stages.common import checkpointer
 from stages.common.config import StageIO
 from stages.common.events import parse_event
@@ -113,7 +115,7 @@ def stage_workdir(config: StageIO) -> Path:
     return Path(os.environ.get("POSTTRAIN_WORKDIR", "runs")) / config.run_id
 
 
-def train_stage(config: StageIO) -> dict:
+def train_stage(config: StageIO) -> Trained:
     """Run a stage's trainer on its config; its final checkpoint URI, per-step history and the job's wall time.
 
     A config whose output is committed (the same config, inputs and code ran to the end before) starts
@@ -123,7 +125,7 @@ def train_stage(config: StageIO) -> dict:
         artifact = store.open(config.output_name)
         state = json.loads(artifact.read_bytes(checkpointer.TRAINER_STATE))
         get_run_logger().info(f"{config.stage_name}: {artifact.uri} is committed for this config, inputs and code; not retrained")
-        return {"checkpoint": artifact.uri, "history": state["history"], "train_s": 0.0, "skipped": True}
+        return Trained(artifact.uri, state["history"], train_s=0.0, skipped=True)
     started = time.monotonic()
     provenance = config.provenance
     lineage_events = StageRunEvents(config.stage_name, config.run_id, provenance.flow_run_id, provenance.flow_name)
@@ -134,8 +136,7 @@ def train_stage(config: StageIO) -> dict:
         lineage_events.fail(error)
         raise
     lineage_events.complete(store.open(progress.final["checkpoint"]))
-    return {"checkpoint": progress.final["checkpoint"], "history": progress.history,
-            "train_s": round(time.monotonic() - started, 1)}
+    return Trained(progress.final["checkpoint"], progress.history, train_s=round(time.monotonic() - started, 1))
 
 
 def with_flow_provenance(config: StageIO) -> StageIO:
@@ -150,16 +151,21 @@ def with_flow_provenance(config: StageIO) -> StageIO:
 
 
 def with_shared_engine(stack: ExitStack, config):
-    """The config pointed at one engine started for the whole stage, unless it names one or will not train.
+    """The config pointed at one engine started for the whole stage, unless it names running ones or will not train.
 
     One engine serves the evaluation before, the training and the evaluation after: each engine start
     costs seconds of stage time. With several ranks, or a job on other machines, each rank starts its own.
     """
     single_local_rank = config.launch.kind == "local" and config.launch.nproc == 1
-    if config.engine_url or not single_local_rank or open_store(config.store).is_committed(config.output_name):
+    if config.engines.running or not single_local_rank or open_store(config.store).is_committed(config.output_name):
         return config
     # The stage's job pushes its weights inside its own scratch folder, under the stage's.
-    engine = stack.enter_context(EngineProcess(config.init_checkpoint, stage_workdir(config) / "engine.log",
-                                               seed=config.seed, weights_dirs=[stage_workdir(config)],
-                                               precision=config.compute.precision))
-    return config.model_copy(update={"engine_url": engine.base_url})
+    fleet = launch_engines(stack, EngineSettings(precision=config.compute.precision), config.init_checkpoint,
+                           stage_workdir(config), seed=config.seed, weights_dirs=[stage_workdir(config)])()
+    return config.model_copy(update={"engines": config.engines.model_copy(update={"engine_urls": [fleet.url]})})
+
+
+def evaluation_engines(config) -> EngineSettings:
+    """The engines a stage's evaluations run on: the running ones the stage trains with (the shared one
+    above), else one started for each evaluation (behind a router its requests would be split by group)."""
+    return config.engines if config.engines.running else EngineSettings()

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flows.spec import SPEC_DIR, PipelineSpec, load_spec, parse_spec, preset_path, read_document
+from flows.stage_table import STEPS
 
-# The pipeline's stages in order (the ORM is trained as part of general RL's step).
-StageName = Literal["sft", "reasoning_rl", "agentic_rl", "general_rl", "distill"]
+# The pipeline's steps in order (the ORM is trained as part of general RL's step).
+StageName = Literal[STEPS]  # type: ignore[valid-type]
 # The presets: the spec files of specs/, offered as a choice.
 PresetName = Literal[tuple(sorted(path.stem for path in SPEC_DIR.glob("*.yaml")))]  # type: ignore[valid-type]
 
@@ -38,10 +39,9 @@ class PipelineParams(BaseModel):
     def _init_goes_with_from_stage(self):
         if self.init is not None and self.from_stage is None:
             raise ValueError("init is the checkpoint from_stage starts from: give from_stage too")
-        if self.from_stage not in (None, "sft") and self.init is None:
+        if self.from_stage not in (None, STEPS[0]) and self.init is None:
             raise ValueError(f"from_stage {self.from_stage} needs init: the committed checkpoint to start from")
-        stages = get_args(StageName)
-        if self.from_stage and self.to_stage and stages.index(self.to_stage) < stages.index(self.from_stage):
+        if self.from_stage and self.to_stage and STEPS.index(self.to_stage) < STEPS.index(self.from_stage):
             raise ValueError(f"to_stage {self.to_stage} comes before from_stage {self.from_stage}")
         return self
 

@@ -8,28 +8,30 @@ from prefect import flow, task
 
 from flows.cards import publish_stage
 from flows.eval_log import logged
-from flows.job import train_stage, with_flow_provenance, with_shared_engine
+from flows.job import evaluation_engines, train_stage, with_flow_provenance, with_shared_engine
+from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
+from rollout.engine_settings import EngineSettings
 from stages.evaluation.sampled import evaluate_sampled
 from stages.evaluation.settings import SampledEvalSettings
 from stages.grpo.config import ReasoningRlConfig
 
 
 @task
-def train_reasoning_rl(config: ReasoningRlConfig) -> dict:
+def train_reasoning_rl(config: ReasoningRlConfig) -> Trained:
     return train_stage(config)
 
 
 @task
 def evaluate_with_engine(store_root: str | None, checkpoint: str, dataset: str,
-                         settings: SampledEvalSettings, engine_url: str | None = None) -> dict[str, float]:
-    return logged(checkpoint, evaluate_sampled(open_store(store_root), checkpoint, dataset, settings, engine_url))
+                         settings: SampledEvalSettings, engines: EngineSettings) -> dict[str, float]:
+    return logged(checkpoint, evaluate_sampled(open_store(store_root), checkpoint, dataset, settings, engines))
 
 
 @flow(name="reasoning_rl", log_prints=True)
 def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None,
-                 eval_settings: SampledEvalSettings | None = None) -> dict:
+                 eval_settings: SampledEvalSettings | None = None) -> StageResult:
     """GRPO + IcePop from `config.init_checkpoint`; held-out accuracy (greedy and sampled) before and after,
     on the test split of `eval_dataset` (default: the first of the config's datasets)."""
     config = with_flow_provenance(config)
@@ -38,10 +40,10 @@ def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None,
     with ExitStack() as stack:
         config = with_shared_engine(stack, config)
         eval_dataset = eval_dataset or config.datasets[0]
-        before = evaluate_with_engine(config.store, config.init_checkpoint, eval_dataset, eval_settings, config.engine_url)
+        before = evaluate_with_engine(config.store, config.init_checkpoint, eval_dataset, eval_settings,
+                                      evaluation_engines(config))
         trained = train_reasoning_rl(config)
-        after = evaluate_with_engine(config.store, trained["checkpoint"], eval_dataset, eval_settings, config.engine_url)
+        after = evaluate_with_engine(config.store, trained.checkpoint, eval_dataset, eval_settings,
+                                      evaluation_engines(config))
     publish_stage("reasoning_rl", config, trained, before, after)
-    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
-            "metrics_before": before,
-            "metrics_after": after}
+    return StageResult(trained, before, after)

@@ -11,16 +11,11 @@ import argparse
 
 from prefect import serve
 
-from flows.agentic_rl import agentic_rl
-from flows.distill import distill
-from flows.general_rl import general_rl
 from flows.pipeline import pipeline
-from flows.reasoning_rl import reasoning_rl
-from flows.sft import sft
-from flows.train_orm import train_orm
+from flows.stage_table import STAGES
 from infra.lifetime import exit_with_owner
 
-FLOWS = {flow.name: flow for flow in (sft, reasoning_rl, agentic_rl, train_orm, general_rl, distill, pipeline)}
+FLOWS = {flow.name: flow for flow in (*(stage.load_flow() for stage in STAGES), pipeline)}
 
 
 def serve_deployments(names: list[str], limit: int | None = None) -> None:

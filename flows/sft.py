@@ -7,6 +7,7 @@ from prefect import flow, task
 from flows.cards import publish_stage
 from flows.eval_log import logged
 from flows.job import train_stage, with_flow_provenance
+from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
 from stages.evaluation.committed import evaluate_checkpoint
@@ -15,7 +16,7 @@ from stages.sft.config import SftConfig
 
 
 @task
-def train_sft(config: SftConfig) -> dict:
+def train_sft(config: SftConfig) -> Trained:
     return train_stage(config)
 
 
@@ -27,7 +28,7 @@ def evaluate(store_root: str | None, checkpoint: str, datasets: dict[str, str], 
 
 @flow(name="sft", log_prints=True)
 def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None,
-        eval_settings: EvalSettings | None = None) -> dict:
+        eval_settings: EvalSettings | None = None) -> StageResult:
     """Train, then evaluate before/after (sparse and dense attention) on the held-out splits."""
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "sft")
@@ -35,8 +36,6 @@ def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None,
     suites = datasets_by_suite or {}
     before = evaluate(config.store, config.init_checkpoint, suites, eval_settings, ("sparse",))
     trained = train_sft(config)
-    after = evaluate(config.store, trained["checkpoint"], suites, eval_settings, ("sparse", "dense"))
+    after = evaluate(config.store, trained.checkpoint, suites, eval_settings, ("sparse", "dense"))
     publish_stage("sft", config, trained, before["sparse"], after["sparse"])
-    return {"checkpoint": trained["checkpoint"], "history": trained["history"], "train_s": trained["train_s"],
-            "metrics_before": before["sparse"],
-            "metrics_after": after["sparse"], "metrics_after_dense": after["dense"]}
+    return StageResult(trained, before["sparse"], after["sparse"], metrics_after_dense=after["dense"])

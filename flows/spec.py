@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
+from flows.stage_table import BY_NAME, STAGES, TEACHERS, Stage
 from infra.launchers import LaunchSettings, LocalLaunch
-from stages.agentic.config import AgenticRecipe
 from stages.common.recipe import STRICT
-from stages.distill.config import DistillRecipe
-from stages.evaluation.settings import AgenticEvalSettings, EvalSettings, GeneralEvalSettings, SampledEvalSettings
-from stages.grpo.config import GrpoRecipe
-from stages.orm.config import OrmRecipe
-from stages.sft.config import SftRecipe
 from suites.prepare import SUITES, SuiteSizes
 
 # The spec files of the presets: the repository's specs/ folder.
@@ -86,64 +81,41 @@ class DataSpec(BaseModel):
         return self
 
 
-# A stage's section is its own typed recipe plus what the pipeline needs to run it: the datasets it
-# reads and how it is evaluated. The recipe's fields sit at the section's top level (stages.sft.max_steps).
-class SftSpec(SftRecipe):
-    launch: LaunchSettings | None = stage_launch()
-    datasets: list[str] = dataset_refs()
-    eval: EvalSettings = Field(default_factory=EvalSettings)
+TeacherName = Literal[TEACHERS]  # type: ignore[valid-type]
 
 
-class ReasoningRlSpec(GrpoRecipe):
-    launch: LaunchSettings | None = stage_launch()
-    datasets: list[str] = dataset_refs()
-    eval: SampledEvalSettings = Field(default_factory=SampledEvalSettings)
+def stage_section(stage: Stage) -> type[BaseModel]:
+    """A stage's section of the spec: its own typed recipe, whose fields sit at the section's top level
+    (stages.sft.max_steps), plus what the pipeline needs to run it: where it runs, the datasets it reads
+    (distillation reads its teachers': each teacher's share of a batch instead), and how it is evaluated
+    where it has an evaluation of its own."""
+    fields: dict = {"launch": (LaunchSettings | None, stage_launch())}
+    if stage.learns_from_teachers:
+        fields["shares"] = (dict[TeacherName, Annotated[int, Field(ge=0)]], Field(default_factory=dict, description=(
+            "A teacher's share of each batch; the teachers are the spec's stages that teach with a share above 0 "
+            "(default: 1 for the RL stages, 0 for SFT).")))
+    else:
+        fields["datasets"] = (list[str], dataset_refs())
+    if stage.evaluation is not None:
+        fields["eval"] = (stage.evaluation, Field(default_factory=stage.evaluation))
+    title = "".join(part.capitalize() for part in stage.name.split("_"))
+    return create_model(f"{title}Spec", __base__=stage.recipe, __module__=__name__, **fields)
 
 
-class AgenticRlSpec(AgenticRecipe):
-    launch: LaunchSettings | None = stage_launch()
-    datasets: list[str] = dataset_refs()
-    eval: AgenticEvalSettings = Field(default_factory=AgenticEvalSettings)
-
-
-class OrmSpec(OrmRecipe):
-    launch: LaunchSettings | None = stage_launch()
-    datasets: list[str] = dataset_refs()
-
-
-class GeneralRlSpec(GrpoRecipe):
-    launch: LaunchSettings | None = stage_launch()
-    datasets: list[str] = dataset_refs()
-    eval: GeneralEvalSettings = Field(default_factory=GeneralEvalSettings)
-
-
-class DistillSpec(DistillRecipe):
-    launch: LaunchSettings | None = stage_launch()
-    shares: dict[Literal["reasoning_rl", "agentic_rl", "general_rl"], int] = Field(
-        default_factory=dict, description="A teacher's share of each batch (default 1); teachers are the RL stages run.")
-
-
-SECTION_RECIPES = {SftSpec: SftRecipe, ReasoningRlSpec: GrpoRecipe, AgenticRlSpec: AgenticRecipe, OrmSpec: OrmRecipe,
-                   GeneralRlSpec: GrpoRecipe, DistillSpec: DistillRecipe}
+SECTIONS = {stage.name: stage_section(stage) for stage in STAGES}
 
 
 def recipe_fields(section: BaseModel) -> dict:
-    """The section's recipe as JSON, without what only the pipeline reads (datasets, eval, shares): the
-    fields a stage's config is made of, and its run id's digest."""
-    recipe = SECTION_RECIPES[type(section)]
+    """The section's recipe as JSON, without what only the pipeline reads (launch, datasets, eval, shares):
+    the fields a stage's config is made of, and its run id's digest."""
+    recipe = type(section).__base__  # stage_section makes each section of its stage's recipe
     return section.model_dump(mode="json", include=set(recipe.model_fields))
 
 
-class StagesSpec(BaseModel):
-    """The stages to run, in pipeline order; one left out is skipped. The ORM trains before general RL."""
-
-    model_config = STRICT
-    sft: SftSpec | None = None
-    reasoning_rl: ReasoningRlSpec | None = None
-    agentic_rl: AgenticRlSpec | None = None
-    orm: OrmSpec | None = None
-    general_rl: GeneralRlSpec | None = None
-    distill: DistillSpec | None = None
+StagesSpec = create_model(
+    "StagesSpec", __config__=STRICT, __module__=__name__,
+    __doc__="The stages to run, in pipeline order; one left out is skipped. The ORM trains before general RL.",
+    **{name: (section | None, None) for name, section in SECTIONS.items()})
 
 
 class PipelineSpec(BaseModel):
@@ -159,18 +131,39 @@ class PipelineSpec(BaseModel):
 
     @model_validator(mode="after")
     def _stages_have_what_they_need(self):
-        if self.stages.orm is not None and self.stages.general_rl is None:
-            raise ValueError("stages.orm: the ORM only serves general RL; add stages.general_rl or drop stages.orm")
-        if self.stages.distill is not None and not self.teacher_stages():
-            raise ValueError("stages.distill: distillation needs a teacher, an RL stage (reasoning_rl, agentic_rl "
-                             "or general_rl)")
-        missing = sorted(set(self.stages.distill.shares) - set(self.teacher_stages())) if self.stages.distill else []
-        if missing:
-            raise ValueError(f"stages.distill.shares: {', '.join(missing)} is not a stage of this spec")
+        for stage in self.included_stages():
+            if stage.serves is not None and getattr(self.stages, stage.serves) is None:
+                raise ValueError(f"stages.{stage.name}: it only serves {stage.serves}; add stages.{stage.serves} or "
+                                 f"drop stages.{stage.name}")
+            if stage.learns_from_teachers:
+                self._check_teachers(stage)
         return self
 
+    def _check_teachers(self, stage: Stage) -> None:
+        """A teacher that is the student itself teaches nothing (SFT alone before distillation)."""
+        steps = [s.name for s in self.included_stages() if s.serves is None]
+        student = steps[steps.index(stage.name) - 1] if steps.index(stage.name) else None
+        if not set(self.teacher_stages()) - {student}:
+            raise ValueError(f"stages.{stage.name}: distillation needs a teacher besides its student "
+                             f"({f'the {student} checkpoint' if student else 'the initial model'}): one of the "
+                             f"stages that teach ({', '.join(TEACHERS)})")
+        included = {s.name for s in self.included_stages() if s.teaches}
+        missing = sorted(set(getattr(self.stages, stage.name).shares) - included)
+        if missing:
+            raise ValueError(f"stages.{stage.name}.shares: {', '.join(missing)} is not a stage of this spec")
+
+    def included_stages(self) -> list[Stage]:
+        """The stages this spec has a section for, in pipeline order."""
+        return [stage for stage in STAGES if getattr(self.stages, stage.name) is not None]
+
     def teacher_stages(self) -> list[str]:
-        return [name for name in ("reasoning_rl", "agentic_rl", "general_rl") if getattr(self.stages, name) is not None]
+        """The stages of this spec whose final checkpoints teach in distillation: those that can, with a share."""
+        return [stage.name for stage in self.included_stages() if stage.teaches and self.teacher_share(stage.name)]
+
+    def teacher_share(self, name: str) -> int:
+        """A teaching stage's share of each distillation batch: the spec's, else the stage table's."""
+        shares = self.stages.distill.shares if self.stages.distill is not None else {}
+        return shares.get(name, BY_NAME[name].share)
 
 
 class SpecError(ValueError):

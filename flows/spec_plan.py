@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_prep.import_data import convert_records, dataset_label
 from flows.spec import PipelineSpec
+from flows.stage_table import STAGES
 from infra.references import UnresolvedReference, resolve_checkpoint, resolve_dataset
 from infra.store import open_store
 from model.checks import ModelCheckError, check_model_dir
-from stages.import_data import convert_records, dataset_label
-
-PIPELINE_ORDER = ("sft", "reasoning_rl", "agentic_rl", "orm", "general_rl", "distill")
 
 
 @dataclass
@@ -72,20 +71,22 @@ def plan_spec(spec: PipelineSpec, base: Path) -> Plan:
         model = checked(resolve_checkpoint, spec.model.checkpoint, "model.checkpoint")
 
     stages, previous = [], "the initial model"
-    for stage in PIPELINE_ORDER:
-        section = getattr(spec.stages, stage)
+    for stage in STAGES:
+        section = getattr(spec.stages, stage.name)
         if section is None:
-            stages.append(StagePlan(stage, runs=False))
+            stages.append(StagePlan(stage.name, runs=False))
             continue
-        if stage == "distill":
-            inputs = [f"teacher {teacher} (share {section.shares.get(teacher, 1)})" for teacher in spec.teacher_stages()]
+        if stage.learns_from_teachers:
+            inputs = [f"teacher {teacher} (share {spec.teacher_share(teacher)})" for teacher in spec.teacher_stages()]
         else:
             inputs = [reference if reference in spec.data.suites or reference in spec.data.imports
-                      else checked(resolve_dataset, reference, f"stages.{stage}.datasets[{index}]")
+                      else checked(resolve_dataset, reference, f"stages.{stage.name}.datasets[{index}]")
                       for index, reference in enumerate(section.datasets)]
-        trunk = "the sft checkpoint" if spec.stages.sft is not None else "the initial model"
-        starts_from = f"{trunk} (the reward model's trunk)" if stage == "orm" else previous
-        stages.append(StagePlan(stage, runs=True, starts_from=starts_from, inputs=inputs))
-        if stage != "orm":
-            previous = f"the {stage} checkpoint"
+        if stage.serves is None:
+            stages.append(StagePlan(stage.name, runs=True, starts_from=previous, inputs=inputs))
+            previous = f"the {stage.name} checkpoint"
+        else:  # the ORM: its trunk is the SFT checkpoint (flows/stage_inputs.py)
+            trunk = "the sft checkpoint" if spec.stages.sft is not None else "the initial model"
+            stages.append(StagePlan(stage.name, runs=True, starts_from=f"{trunk} (the reward model's trunk)",
+                                    inputs=inputs))
     return Plan(model, data, stages, problems)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from infra.scratch import owned_dir
 
-# The job's scratch folder, for its ranks (stages/common/inputs.py).
+# The job's scratch folder, for its ranks (stages/common/stage_main.py).
 JOB_DIR_ENV = "POSTTRAIN_JOB_DIR"
 # Where the job ran, as the scheduler knows it ("slurm:1234", "kubernetes:ns/name"): lineage records it.
 JOB_ID_ENV = "POSTTRAIN_JOB_ID"

@@ -148,8 +148,8 @@ def prepare(
     out: Path = typer.Option(None, help="Also write the URIs as JSON to this file."),
 ) -> None:
     """Stage 0 alone: publish the embedded suites, train the tokenizer, build the initial checkpoint."""
+    from data_prep.prepare import prepare as prepare_stage
     from infra.store import open_store
-    from stages.prepare import prepare as prepare_stage
     from suites.prepare import SUITES, SuiteSizes
 
     with console.status("publishing suites, training the tokenizer, building the initial checkpoint"):

@@ -30,8 +30,8 @@ def import_command(
 ) -> None:
     """Import OpenAI `messages`, ShareGPT `conversations`, `prompt`/`completion` or `prompt`/`chosen`/`rejected`
     rows; a bad row is named (file, line or row, field) and nothing is committed unless --skip-bad-rows."""
+    from data_prep.import_data import ImportFailed, import_dataset
     from infra.store import open_store
-    from stages.import_data import ImportFailed, import_dataset
 
     try:
         imported = import_dataset(open_store(store), path, kind.value, name=name, test_fraction=test_fraction,

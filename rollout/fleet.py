@@ -23,8 +23,15 @@ from dataclasses import dataclass
 import httpx
 
 from rollout.auth import bearer_headers
-from rollout.client import EngineRequestError, EngineUnavailableError, Sample, generate_payload, samples_from_answer
-from rollout.protocol import ENGINE_HEADER, SamplingParams
+from rollout.client import (
+    EngineRequestError,
+    EngineUnavailableError,
+    Sample,
+    generate_payload,
+    samples_from_answer,
+    scoring_payload,
+)
+from rollout.protocol import ENGINE_HEADER, GenerateOutput, SamplingParams
 from rollout.router import ROUTING_KEY_HEADER
 from rollout.weight_push import WeightDelivery
 
@@ -66,8 +73,20 @@ class Fleet:
         self.served_by.setdefault(rollout_id, []).append(replica)
         return sample[0]
 
-    async def generate_batch(self, key: str, prompts: list[list[int]], sampling: SamplingParams) -> tuple[list[Sample], str]:
+    async def generate_batch(self, key: str, prompts: list[list[int]], sampling: SamplingParams,
+                             return_logprob: bool = True) -> tuple[list[Sample], str]:
         """A batch on the replica `key` hashes to (asked again if it fails there), and that replica."""
+        answer, replica = await self._answered(key, generate_payload(prompts, sampling, return_logprob))
+        return samples_from_answer(replica, prompts, answer), replica
+
+    async def score_batch(self, key: str, prompts: list[list[int]]) -> list[list[float | None]]:
+        """log p(token | tokens before it) of every prompt token (None for the first), prefill only, on the
+        replica `key` hashes to."""
+        answer, _ = await self._answered(key, scoring_payload(prompts))
+        outputs = [GenerateOutput.model_validate(o) for o in answer]
+        return [[lp for lp, _, _ in o.meta_info.input_token_logprobs or []] for o in outputs]
+
+    async def _answered(self, key: str, payload: dict) -> tuple[list, str]:
         last_error = ""
         for attempt in range(self.max_attempts):
             if attempt:
@@ -75,7 +94,7 @@ class Fleet:
                 log.warning("%s: asking again (attempt %d) after %s", key, attempt + 1, last_error)
                 await asyncio.sleep(self.backoff_s * 2 ** min(attempt - 1, 4))
             try:
-                response = await self.client.post(f"{self.router_url}/generate", json=generate_payload(prompts, sampling),
+                response = await self.client.post(f"{self.router_url}/generate", json=payload,
                                                   headers={ROUTING_KEY_HEADER: key})
             except httpx.TransportError as error:
                 last_error = f"the router is unreachable: {error!r}"
@@ -83,7 +102,7 @@ class Fleet:
             if response.status_code == 200:
                 replica = response.headers.get(ENGINE_HEADER, "unknown")
                 self.requests[replica] += 1
-                return samples_from_answer(replica, prompts, response.json()), replica
+                return response.json(), replica
             if response.status_code in REQUEST_FAULTS:
                 raise EngineRequestError(f"{self.router_url}/generate answered {response.status_code}: {response.text}")
             last_error = f"answered {response.status_code}: {response.text[:200]}"

@@ -9,7 +9,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from contextlib import ExitStack
 from pathlib import Path
 
 import requests
@@ -171,12 +170,3 @@ class RouterProcess(ServiceProcess):
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def engine_serving(stack: ExitStack, checkpoint: str, engine_url: str | None, log_path: Path, seed: int = 0) -> EngineClient:
-    """The engine at `engine_url` made to serve `checkpoint`, or one started on it until `stack` closes."""
-    if engine_url:
-        client = EngineClient(engine_url)
-        client.update_weights(checkpoint)
-        return client
-    return stack.enter_context(EngineProcess(checkpoint, log_path, seed=seed))

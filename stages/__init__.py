@@ -8,6 +8,6 @@
     distill/train.py      python -m stages.distill.train ...
 
 common/ holds what every trainer shares (inputs, config parts, the checkpointer, the RL policy's
-engine); evaluation/ holds every held-out evaluation the flows run before and after a stage;
-prepare.py publishes the embedded suites, the tokenizer and the initial checkpoint (stage 0).
+engine); evaluation/ holds every held-out evaluation the flows run before and after a stage. What the
+stages read is prepared outside them (data_prep/); which stages the pipeline runs is flows/stage_table.py.
 """

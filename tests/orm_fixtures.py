@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from data_prep.prepare import prepare, publish_preferences
 from infra.launch import run_stage_job
 from infra.launchers.local import LocalLaunch
 from infra.store import open_store
 from stages.common.events import parse_event
 from stages.orm.config import TrainOrmConfig
-from stages.prepare import prepare, publish_preferences
 from suites.prepare import SuiteSizes
 
 PAIRS = SuiteSizes(train=400, test=100)  # per suite

@@ -11,12 +11,12 @@ from filelock import FileLock
 from safetensors.torch import load_file, save_file
 
 from data_contracts.lineage import Lineage, config_digest
+from data_prep.prepare import prepare
 from infra.launch import run_stage_job
 from infra.launchers.local import LocalLaunch
 from infra.publish import publish_directory
 from infra.store import open_store
 from stages.common.events import parse_event
-from stages.prepare import prepare
 from stages.sft.config import SftConfig
 from suites.prepare import SuiteSizes
 

@@ -17,7 +17,7 @@ from tests.rollout_checks import check_advantages
 def agentic_config(store, run_id, **overrides):
     fields = dict(run_id=run_id, store=store["root"], init_checkpoint=store["init"], datasets=store["datasets"],
                   group_size=2, groups_per_step=2, max_steps=3, sampling={"max_new_tokens": 16},
-                  episode={"max_turns": 2, "max_context": 512, "discard_above": 480}, replicas=2,
+                  episode={"max_turns": 2, "max_context": 512, "discard_above": 480}, engines={"replicas": 2},
                   optimizer={"lr": 1e-3, "warmup_steps": 1}, max_in_flight_groups=4)
     fields.update(overrides)
     return AgenticRlConfig(**fields)

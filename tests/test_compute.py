@@ -9,10 +9,10 @@ from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoin
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from data_prep.prepare import prepare
 from infra.store import open_store
 from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings
 from stages.common.training_engine import deepspeed_config, step_shape
-from stages.prepare import prepare
 from suites.prepare import SuiteSizes
 from tests.sft_fixtures import losses, run_sft, small_config
 from tests.test_reasoning_rl import rl_config, run_job

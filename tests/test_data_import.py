@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from data_contracts import CHAT_V1, PREFERENCE_V1, PROMPT_V1, read_parquet
+from data_prep.import_data import ImportFailed, import_dataset
 from infra.store import open_store
 from posttrain.cli import app
-from stages.import_data import ImportFailed, import_dataset
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40)
 NONBLANK = TEXT.filter(str.strip)  # a blank reply is refused as a preference side

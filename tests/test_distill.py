@@ -5,11 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from flows.distill import headline
+from data_prep.prepare import publish_prompts, publish_suite
+from flows.spec import parse_spec
+from flows.stage_inputs import PipelineRun, flow_inputs, stage_evals
+from flows.stage_table import BY_NAME
+from flows.teacher_domains import check_teacher_sources, domain_metrics, headline
 from infra.rollouts import recorded_shards
 from infra.store import open_store
+from rollout.engine_settings import EngineSettings
 from stages.distill.config import DistillConfig, TeacherSpec
-from stages.prepare import publish_prompts
+from stages.distill.data import teacher_prompts
+from stages.evaluation.committed import evaluate_checkpoint
 from suites.prepare import SuiteSizes
 from tests.sft_fixtures import run_sft, small_config
 from tests.stage_jobs import run_stage_job
@@ -41,7 +47,7 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
                 TeacherSpec(source="general_rl", checkpoint=sft_checkpoint, datasets=[instruct.uri])]
     config = DistillConfig(run_id="distill-steps", store=small_store["root"], init_checkpoint=small_store["init"],
                            teachers=teachers, prompts_per_step=4, max_steps=2, sampling={"max_new_tokens": 12},
-                           optimizer={"lr": 2e-5, "warmup_steps": 1}, replicas=2)
+                           optimizer={"lr": 2e-5, "warmup_steps": 1}, engines={"replicas": 2})
     events = run_stage_job("stages.distill.train", config, tmp_path)
     steps = [e for e in events if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
@@ -76,3 +82,46 @@ def test_a_teachers_domain_is_judged_by_its_overall_score_where_there_is_one():
     agentic = {"calc/tool_success": 0.03, "env_failures": 0.0, "search/tool_success": 0.17, "tool_success": 0.1}
     assert headline("agentic_rl", agentic) == "tool_success"  # not calc's, which sorts first
     assert headline("reasoning_rl", {"arith/accuracy_greedy": 0.2, "arith/accuracy_sampled": 0.16}) == "arith/accuracy_sampled"
+
+
+def test_the_sft_checkpoint_teaches_its_chat_data_and_is_judged_as_sft_evaluates_it(small_store, tokenizer, tmp_path):
+    """GLM-5's teachers include the final SFT model: the pipeline makes it the teacher of SFT's chat@1
+    datasets (conversations that state no answer too: the teacher scores the reply), and its domain is
+    measured with SFT's own evaluation (the committed one, read back)."""
+    store = open_store(small_store["root"])
+    instruct, _ = publish_suite(store, "instruct", SuiteSizes(8, 4), 0, tmp_path, "tests")  # replies state no answer
+    sft_datasets = sorted([*small_store["datasets"], instruct.uri])
+    sft_eval = {"limit_per_suite": 4, "batch_size": 4, "max_new_tokens": 8, "search_episodes": 2, "max_turns": 2}
+    spec = parse_spec({"model": {"preset": "glm5-tiny"},
+                       "data": {"suites": {"arith": {}, "search": {}, "calc": {}, "instruct": {}}},
+                       "stages": {"sft": {"datasets": ["arith", "search", "calc", "instruct"], "eval": sft_eval},
+                                  "reasoning_rl": {"datasets": ["arith"]}, "distill": {"shares": {"sft": 2}}}},
+                      "spec.yaml")
+    arith = next(uri for uri in small_store["datasets"] if "/arith-" in uri)
+    init = small_store["init"]  # stands for the final SFT checkpoint: any committed checkpoint is measured alike
+    prepared = {"stages": {"sft": sft_datasets, "reasoning_rl": [arith]}, "init_checkpoint": init}
+    run = PipelineRun(spec, prepared, {"init": init, "sft": init, "reasoning_rl": "file:///s/reasoning_rl/x"},
+                      stage_evals(spec))
+    config, arguments = flow_inputs(BY_NAME["distill"], run)
+    assert [teacher.source for teacher in config.teachers] == ["sft", "reasoning_rl"]
+    sft_teacher = config.teachers[0]
+    assert (sft_teacher.checkpoint, sft_teacher.datasets, sft_teacher.share) == (init, sft_datasets, 2)
+    assert config.init_checkpoint == "file:///s/reasoning_rl/x"  # the student: the latest checkpoint
+    prompts = teacher_prompts(store, [sft_teacher], tokenizer, tmp_path / "prompts", limit=8, seed=0)["sft"]
+    assert {p.id.split("-")[0] for p in prompts} == {"arith", "search", "calc", "instruct"}
+    assert all(p.metadata["teacher"] == "sft" for p in prompts)
+    assert {p.reference for p in prompts if p.id.startswith("instruct")} == {None}
+
+    settings = arguments["eval_settings"]
+    assert settings.sft == spec.stages.sft.eval
+    metrics = domain_metrics(store, init, sft_teacher, settings, EngineSettings())
+    named = {uri.rsplit("/", 1)[-1].split("-", 1)[0]: uri for uri in sft_datasets}
+    assert metrics == evaluate_checkpoint(store, init, named, settings.sft, ("sparse",))["sparse"]
+    assert {"arith/accuracy", "search/success"} <= set(metrics) and headline("sft", metrics) == "format_validity"
+
+
+def test_a_teacher_names_a_stage_that_teaches():
+    check_teacher_sources([TeacherSpec(source="sft", checkpoint="c", datasets=["d"])])
+    with pytest.raises(ValueError, match=r"teachers\[1\]\.source: 'orm' is not a stage that teaches; one of sft, "):
+        check_teacher_sources([TeacherSpec(source="sft", checkpoint="c", datasets=["d"]),
+                               TeacherSpec(source="orm", checkpoint="c", datasets=["d"])])

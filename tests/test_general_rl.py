@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 from data_contracts import PROMPT_V1
+from data_prep.prepare import publish_prompts
 from infra.store import open_store
 from model.tokenizer import load_tokenizer
 from stages.common.inputs import load_split
 from stages.common.prompts import general_prompts
 from stages.grpo.config import GeneralRlConfig
-from stages.prepare import publish_prompts
 from suites import instruct
 from suites.prepare import SuiteSizes
 from tests.stage_jobs import run_stage_job

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from data_prep.prepare import publish_prompts
 from infra.ports import free_port
 from infra.store import open_store
-from stages.prepare import publish_prompts
 from suites.prepare import SuiteSizes
 from tests.sft_fixtures import run_sft, small_config
 

@@ -9,20 +9,18 @@ from pathlib import Path
 import pytest
 
 from flows.params import PipelineParams
-from flows.pipeline import distill_config, sft_config, stage_run_id
 from flows.spec import parse_spec
+from flows.stage_configs import distill_config, stage_config, stage_run_id
+from flows.stage_table import STAGES
 from infra.launch import JobRequest
 from infra.launchers import DeepSpeedLaunch, SlurmLaunch
 from infra.lifetime import OWNER_ENV
-from stages.agentic.config import AgenticRlConfig
-from stages.distill.config import DistillConfig, TeacherSpec
-from stages.grpo.config import GeneralRlConfig, ReasoningRlConfig
-from stages.orm.config import TrainOrmConfig
+from stages.distill.config import TeacherSpec
 from stages.sft.config import SftConfig
 
 REQUEST = JobRequest("stages.sft.train", Path("/shared/runs/sft-1/run.json"), Path("/shared/runs/sft-1/job-ab12"),
                      "posttrain-sft")
-STAGE_CONFIGS = (SftConfig, ReasoningRlConfig, AgenticRlConfig, GeneralRlConfig, TrainOrmConfig, DistillConfig)
+STAGE_CONFIGS = tuple(stage.config for stage in STAGES)
 
 
 def _oneofs(node) -> int:
@@ -47,7 +45,7 @@ SPEC = {
     "stages": {
         "sft": {"datasets": ["arith"]},
         "reasoning_rl": {"datasets": ["arith"]},
-        "distill": {"launch": {"kind": "kubernetes", "image": "registry.example.com/posttrain:1", "nodes": 2}},
+        "distill": {"shares": {"sft": 1}, "launch": {"kind": "kubernetes", "image": "registry.example.com/posttrain:1", "nodes": 2}},
     },
 }
 PREPARED = {"init_checkpoint": "file:///store/checkpoints/init/x", "stages": {"sft": ["file:///store/datasets/a"]}}
@@ -55,7 +53,7 @@ PREPARED = {"init_checkpoint": "file:///store/checkpoints/init/x", "stages": {"s
 
 def test_a_spec_launches_every_stage_where_it_says_and_a_section_overrides_it():
     spec = parse_spec(SPEC, "spec.yaml")
-    sft = sft_config(spec, PREPARED, trainer_code="c")
+    sft = stage_config(spec, "sft", PREPARED, PREPARED["init_checkpoint"], "c")
     assert isinstance(sft.launch, SlurmLaunch) and sft.launch.nodes == 2 and sft.launch.partition == "gpu"
     teacher = TeacherSpec(source="reasoning_rl", checkpoint="file:///store/checkpoints/reasoning_rl/x",
                           datasets=["file:///store/datasets/a"])
@@ -63,7 +61,7 @@ def test_a_spec_launches_every_stage_where_it_says_and_a_section_overrides_it():
     assert distill.launch.kind == "kubernetes" and distill.launch.image == "registry.example.com/posttrain:1"
     # Where a job runs does not change what it computes: the run id (and so resume and skip) is the same.
     local = parse_spec({**SPEC, "launch": {"kind": "local"}}, "spec.yaml")
-    assert sft_config(local, PREPARED, trainer_code="c").run_id == sft.run_id
+    assert stage_config(local, "sft", PREPARED, PREPARED["init_checkpoint"], "c").run_id == sft.run_id
     fields = sft.model_dump(mode="json", exclude={"run_id", "provenance", "output_name"})
     assert stage_run_id("sft", fields, "c") == stage_run_id("sft", {**fields, "launch": {"kind": "local"}}, "c")
 

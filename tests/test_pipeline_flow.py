@@ -38,7 +38,7 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
     assert lineage["parents"][0]["uri"] == sft["checkpoint"]
     assert [ref["path"] for ref in lineage["reward_modules"]] == ["rewards.verifiers.ArithExactMatch"]
     # The flow's one engine served the evaluations and the training's rollouts.
-    assert lineage["config"]["engine_url"].startswith("http://127.0.0.1:")
+    assert lineage["config"]["engines"]["engine_urls"][0].startswith("http://127.0.0.1:")
     # Agentic RL starts from the reasoning RL checkpoint and reports held-out tool-task success.
     assert {"search/tool_success", "calc/tool_success", "tool_success"} <= set(agentic["metrics_after"])
     agentic_lineage = json.loads(Path(agentic["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
@@ -55,16 +55,17 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
                                                                           ("reward_model", orm["checkpoint"])]
     assert general_lineage["inputs"][0]["contract"] == "prompt@1"
     assert {"rewards.mix.MixedReward", "rewards.orm.OrmScore"} <= {r["path"] for r in general_lineage["reward_modules"]}
-    # Distillation: the general RL checkpoint is the student; each RL stage's checkpoint teaches its domain.
+    # Distillation: the general RL checkpoint is the student; each stage that teaches (SFT too, as in GLM-5)
+    # teaches its domain with its final checkpoint.
     distill_lineage = json.loads(Path(distilled["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
     assert [(p["role"], p["uri"]) for p in distill_lineage["parents"]] == [
-        ("init", general["checkpoint"]), ("teacher", rl["checkpoint"]), ("teacher", agentic["checkpoint"]),
-        ("teacher", general["checkpoint"])]
+        ("init", general["checkpoint"]), ("teacher", sft["checkpoint"]), ("teacher", rl["checkpoint"]),
+        ("teacher", agentic["checkpoint"]), ("teacher", general["checkpoint"])]
     assert {i["contract"] for i in distill_lineage["inputs"]} == {"chat@1", "prompt@1", "rollout@1"}
-    assert set(distilled["retention"]) == {"reasoning_rl", "agentic_rl", "general_rl"}
+    assert set(distilled["retention"]) == {"sft", "reasoning_rl", "agentic_rl", "general_rl"}
     assert distilled["teacher_scores"]["reasoning_rl/arith/accuracy_sampled"] == rl["metrics_after"]["arith/accuracy_sampled"]
-    assert {"reasoning_rl/arith/accuracy_sampled", "agentic_rl/tool_success", "general_rl/rule_compliance"} <= set(
-        distilled["metrics_after"])
+    assert {"sft/format_validity", "reasoning_rl/arith/accuracy_sampled", "agentic_rl/tool_success",
+            "general_rl/rule_compliance"} <= set(distilled["metrics_after"])
     # Each RL stage and distillation lists the samples it trained on; every stage run is an OpenLineage run
     # (START, then COMPLETE with its lineage.json's inputs and its checkpoint) an auditor's tool can read.
     store = open_store(params.store)
@@ -83,7 +84,7 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
     report = (run_dir / "report.md").read_text()
     for name in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl", "distill"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
-    assert "kept of each teacher's score: reasoning_rl " in report
+    assert "kept of each teacher's score: sft " in report and ", reasoning_rl " in report
     # The report is committed into the run's own store too, each stage's checkpoint a parent; the
     # pipeline's run page carries one summary table of every stage's metrics and checkpoint.
     committed = open_store(params.store).open(f"reports/{summary['run_id']}")

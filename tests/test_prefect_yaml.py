@@ -18,3 +18,10 @@ def test_every_served_flow_is_declared_for_work_pools_with_a_loadable_entrypoint
     for name, deployment in deployments.items():
         assert deployment["work_pool"]["name"] == "posttrain"
         assert load_flow_from_entrypoint(deployment["entrypoint"]).name == name
+
+
+def test_no_flow_module_stands_for_a_top_level_package():
+    """A worker and `posttrain ui` load a deployment's flow file with its folder on sys.path: a flows/stages.py
+    would be imported as the `stages` package by every module the flow imports."""
+    packages = {path.parent.name for path in REPO.glob("*/__init__.py")}
+    assert not {path.stem for path in (REPO / "flows").glob("*.py")} & packages

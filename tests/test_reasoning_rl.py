@@ -65,7 +65,7 @@ def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_line
     monkeypatch.chdir(tmp_path)
     rewards = [{"path": "tests.test_reasoning_rl:ShortReplies"}, {"path": "rewards.verifiers.ArithExactMatch", "weight": 2.0}]
     # Two engines behind SGLang's router (one engine runs in the pipeline's smoke test and test_compute).
-    config = rl_config(small_store, "rl-steps", rewards=rewards, frozen=["*.mlp.gate.weight"], replicas=2,
+    config = rl_config(small_store, "rl-steps", rewards=rewards, frozen=["*.mlp.gate.weight"], engines={"replicas": 2},
                        prompts_per_step=6, record={"show_every": 1, "show_samples": 2})
     events, _ = run_job(config, tmp_path)
 

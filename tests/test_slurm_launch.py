@@ -94,9 +94,9 @@ def test_a_two_node_sft_has_one_rank_on_each_node_and_the_losses_of_one_machine(
     config = small_config(small_store, "slurm-two-nodes", launch=slurm())
     state = sft_flow(config, small_store)
     result = state.result()
-    assert [r["loss"] for r in result["history"]] == pytest.approx(two_local_ranks_losses, abs=1e-5)
+    assert [r["loss"] for r in result.trained.history] == pytest.approx(two_local_ranks_losses, abs=1e-5)
 
-    lineage = open_store(small_store["root"]).open(result["checkpoint"]).lineage()
+    lineage = open_store(small_store["root"]).open(result.checkpoint).lineage()
     assert lineage["job"].startswith("slurm:") and lineage["config"]["launch"]["nodes"] == 2
     logs = wait_for(lambda: (lines := flow_logs(state.state_details.flow_run_id)) and
                     any("done" in line for line in lines) and lines, 30, "the flow run's logs", poll_s=0.5)

@@ -38,7 +38,7 @@ def test_every_stage_fills_a_partial_nested_value_from_its_own_defaults(config_t
     io = IO | (TEACHER if config_type is DistillConfig else {})
     default = config_type(**io)
     assert config_type(**io, launch={"nproc": 2}).launch.nproc == 2
-    for name, field in config_type.model_fields.items():
+    for name in config_type.model_fields:
         value = getattr(default, name)
         if name in ("launch", "provenance") or not hasattr(value, "model_fields"):
             continue

@@ -7,16 +7,15 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from rollout.agents.orchestrator import EpisodeSettings
+from rollout.engine_settings import EngineSettings
 from stages.agentic.importance import ImportanceSettings
 from stages.common.agent_tasks import check_tasks
 from stages.common.config import (
-    WEIGHT_SYNC_HELP,
     ComputeSettings,
     OptimizerSettings,
     RolloutRecordSettings,
     SamplingSettings,
     StageIO,
-    WeightSync,
 )
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
@@ -38,14 +37,10 @@ class AgenticRecipe(BaseModel):
     objective: ImportanceSettings = ImportanceSettings()
     push_every: int = Field(1, ge=1, description="K: optimizer steps between weight pushes to the engines")
     reset_optimizer_on_push: bool = Field(True, description="zero AdamW's moments after each push (SPEC)")
-    weight_sync: WeightSync = Field("distributed", description=WEIGHT_SYNC_HELP)
     staleness_tau: int = Field(2, ge=0, description="τ: drop samples whose oldest weights are more than τ versions old")
     mode: Literal["async", "sync"] = Field("async", description="sync waits for every rollout of a batch before training")
     max_in_flight_groups: int = Field(16, ge=1, description="how far generation runs ahead of training (async)")
-    replicas: int = Field(2, ge=1, description="engine replicas started here when engine_urls is empty")
-    engine_urls: list[str] = Field(default_factory=list, description="running engines (ours or SGLang)")
-    router_url: str | None = Field(None, description="SGLang's router in front of running engines (at scale); "
-                                                     "default: one started here when there is more than one engine")
+    engines: EngineSettings = EngineSettings(replicas=2)
     env_latency_median_s: float | None = Field(None, gt=0, description="add a lognormal delay to every env step")
     env_latency_sigma: float = Field(1.0, ge=0)
     checkpoint_every: int = Field(10, ge=1)

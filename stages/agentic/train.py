@@ -11,40 +11,43 @@ weights to every replica and resets the optimizer state.
 from __future__ import annotations
 
 import collections
-import time
 from contextlib import ExitStack
 
 import torch
 
 from model.presets import load_model
 from rollout.agents.task_services import TaskServices
-from rollout.process import EngineProcess, RouterProcess
+from rollout.engines import launch_engines
 from rollout.weight_push import FromDisk
 from stages.agentic.config import AgenticRlConfig
 from stages.agentic.importance import ImportanceSettings
 from stages.agentic.loss import centred_advantages, direct_is_loss, importance_mask
+from stages.agentic.metrics import rollout_health, step_metrics
 from stages.agentic.record import agentic_rows
 from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.agent_tasks import agent_task_rows
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.finite import FiniteSteps
-from stages.common.inputs import StageInputs, load_split, stage_main
+from stages.common.inputs import StageInputs, load_split
 from stages.common.policy import (
     engine_threads,
-    fleet_weight_pusher,
     push_weights,
     rl_training_engine,
+    weight_pusher,
     weights_push_dir,
 )
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, padded_batch
-from stages.common.training_engine import peak_memory_mb, step_shape
+from stages.common.stage_main import stage_main
+from stages.common.timing import timed
+from stages.common.training_engine import step_shape
 
 
 def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     dist, events, workdir = stage.dist, stage.events, stage.workdir
-    if dist.world_size > 1 and not (config.engine_urls or config.router_url):
-        raise ValueError("with several trainer ranks, give engine_urls or router_url: the ranks share the engine replicas")
+    if dist.world_size > 1 and not config.engines.running:
+        raise ValueError("with several trainer ranks, give engines.engine_urls or engines.router_url: the ranks share "
+                         "the engine replicas")
     tokenizer = stage.tokenizer()
     task_rows = agent_task_rows(load_split(stage.datasets, "train", workdir), list(config.tasks), config.data_seed)
     events.emit("data", **{f"{task}_prompts": len(rows) for task, rows in task_rows.items()})
@@ -62,70 +65,58 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
 
     with ExitStack() as stack:
         producer = start_rollouts(stack, config, stage, engine, tokenizer, task_rows, start_step, version)
-        push = fleet_weight_pusher(stack, config.weight_sync, engine, producer.update_weights, workdir, dist)
-        started, trained_samples = time.monotonic(), 0
+        push = weight_pusher(stack, config.engines.weight_sync, engine, producer.update_weights, workdir, dist)
+        run, trained_samples = stack.enter_context(timed()), 0
         for step in range(start_step, config.max_steps):
             groups, failures, stale, dropped = next_batch(producer, config, version)
             health = rollout_health(groups, version, stale, dropped, failures)  # before this step's push
-            step_started = time.monotonic()
-            rewards = torch.tensor([[r.reward for r in results] for results in groups], dtype=torch.float32)
-            rollout_advantages = centred_advantages(rewards).flatten()
-            batch, advantages = segments_batch(groups, rollout_advantages, tokenizer.pad_token_id)
-            trained = policy_step(
-                engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite, step + 1,
-                importance_loss_of(advantages, config.objective),
-                mean_over="tokens")
+            with timed() as training:
+                rewards = torch.tensor([[r.reward for r in results] for results in groups], dtype=torch.float32)
+                rollout_advantages = centred_advantages(rewards).flatten()
+                batch, advantages = segments_batch(groups, rollout_advantages, tokenizer.pad_token_id)
+                trained = policy_step(
+                    engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite, step + 1,
+                    importance_loss_of(advantages, config.objective),
+                    mean_over="tokens")
+                samples = agentic_rows(config.stage_name, step + 1, groups, rollout_advantages, trained.logp_old,
+                                       importance_mask(trained.logp_old, batch.logp_infer, config.objective), version)
             trained_samples += sum(len(results) for results in groups)
-            samples = agentic_rows(config.stage_name, step + 1, groups, rollout_advantages, trained.logp_old,
-                                   importance_mask(trained.logp_old, batch.logp_infer, config.objective), version)
-            push_s = 0.0
+            push_s = 0.0  # a step between pushes spends nothing on one
             if (step + 1) % config.push_every == 0:
                 version += 1
-                push_started = time.monotonic()
-                push(version)
-                push_s = time.monotonic() - push_started
+                with timed() as pushing:
+                    push(version)
+                push_s = pushing.seconds
                 if config.reset_optimizer_on_push:
                     reset_optimizer_state(engine)
             if config.mode == "sync":
                 producer.grant(config.groups_per_step)
-            checkpointer.end_of_step({
-                "step": step + 1, "loss": trained.loss, "lr": engine.get_lr()[0], "reward_mean": float(rewards.mean()),
-                **success_by_task(groups), **trained.stats, **health,
-                "weight_version": version, "trained_tokens": batch.response_tokens,
-                "train_s": time.monotonic() - step_started - push_s, "push_s": push_s, "peak_memory_mb": peak_memory_mb(),
-                "samples_per_s": trained_samples / (time.monotonic() - started), "replicas": producer.replica_stats(),
-            }, samples=samples)
+            checkpointer.end_of_step(
+                step_metrics(step + 1, trained, engine.get_lr()[0], rewards, groups, health, version, batch,
+                             producer.replica_stats(), train_s=training.seconds, push_s=push_s,
+                             samples_per_s=trained_samples / run.seconds),
+                samples=samples)
     return checkpointer.finish()
 
 
 def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs, engine, tokenizer, task_rows,
                    start_step: int, version: int) -> RolloutProducer:
-    """Engine replicas (unless `engine_urls` or `router_url`) behind SGLang's router (unless there is only
-    one), the task services and the producer playing groups on them, all stopped when `stack` closes; a
-    resumed run's weights reach the replicas first."""
+    """The engines (`config.engines`), the task services and the producer playing groups on them, all
+    stopped when `stack` closes; a resumed run's weights reach the engines first."""
     dist, workdir = stage.dist, stage.workdir
     # Asynchronous: the replicas generate while the trainer trains, so the cores are shared by all of them.
-    threads = engine_threads(config.replicas + 1)
-    replicas = [] if config.engine_urls or config.router_url else [
-        _launch(stack, EngineProcess(config.init_checkpoint, workdir / f"engine-{i}.log", seed=config.seed * 100 + i,
-                                    weights_dirs=[weights_push_dir(workdir)], precision=config.compute.precision,
-                                    threads=threads))
-        for i in range(config.replicas)
-    ]
+    ready = launch_engines(stack, config.engines, config.init_checkpoint, workdir, seed=config.seed * 100,
+                           weights_dirs=[weights_push_dir(workdir)], precision=config.compute.precision,
+                           threads=engine_threads(config.engines.replicas + 1),
+                           serve_checkpoint=dist.is_main and not start_step)
     services = stack.enter_context(TaskServices(  # starts while the replicas load
         config.tasks, workdir, concurrency=config.concurrency, latency_median_s=config.env_latency_median_s,
         latency_sigma=config.env_latency_sigma))
-    urls = config.engine_urls or [replica.wait_ready().base_url for replica in replicas]
-    if config.router_url:
-        fleet_url, routed = config.router_url, True
-    elif len(urls) > 1:
-        fleet_url, routed = stack.enter_context(RouterProcess(urls, workdir / "router.log")), True
-    else:
-        fleet_url, routed = urls[0], False
+    fleet = ready()
     initial_weights = None
     if start_step:  # the replicas started from the init checkpoint: the resumed weights reach them once, by disk
         initial_weights = FromDisk(push_weights(engine, workdir, version, dist.is_main, deliver=None), str(version))
-    producer = RolloutProducer(config, tokenizer, task_rows, fleet_url, routed, services.registry, dist.rank,
+    producer = RolloutProducer(config, tokenizer, task_rows, fleet.url, fleet.routed, services.registry, dist.rank,
                                start_step, initial_weights)
     stack.callback(producer.stop)
     producer.start()
@@ -150,32 +141,12 @@ def importance_loss_of(advantages: torch.Tensor, objective: ImportanceSettings) 
     return loss_of
 
 
-def success_by_task(groups: list) -> dict[str, float]:
-    by_task = collections.defaultdict(list)
-    for results in groups:
-        by_task[results[0].spec.task].append(sum(r.reward for r in results) / len(results))
-    return {f"success/{task}": sum(v) / len(v) for task, v in by_task.items()}
-
-
-def rollout_health(groups: list, version: int, stale: int, dropped: int, failures: collections.Counter) -> dict:
-    """How old the trained samples' weights were, and what was dropped on the way to this batch."""
-    staleness = collections.Counter(version - min(r.weight_versions) for results in groups for r in results)
-    return {"staleness": {str(k): v for k, v in sorted(staleness.items())}, "stale_dropped": stale,
-            "groups_dropped": dropped, "env_failures": dict(failures)}
-
-
 def reset_optimizer_state(engine) -> None:
     """Forget AdamW's moments (SPEC: after each weight push), whatever DeepSpeed wrapped around it."""
     optimizer = engine.optimizer
     while not isinstance(optimizer, torch.optim.Optimizer) and hasattr(optimizer, "optimizer"):
         optimizer = optimizer.optimizer
     optimizer.state = collections.defaultdict(dict)
-
-
-def _launch(stack: ExitStack, process: EngineProcess) -> EngineProcess:
-    stack.callback(process.stop)
-    process.launch()
-    return process
 
 
 def main(argv: list[str] | None = None) -> None:

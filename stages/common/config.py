@@ -134,12 +134,6 @@ class ComputeSettings(BaseModel):
     lora: LoraSettings = LoraSettings()
 
 
-WeightSync = Literal["distributed", "disk"]
-WEIGHT_SYNC_HELP = ("how the trainer's weights reach its engine after each step: distributed (SGLang's "
-                    "update_weights_from_distributed: a gloo/NCCL broadcast, nothing written) or disk (a Hugging "
-                    "Face directory the engine loads: for engines that cannot join a group)")
-
-
 class SamplingSettings(BaseModel):
     """How the policy samples its training responses."""
 

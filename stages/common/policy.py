@@ -12,20 +12,11 @@ from pathlib import Path
 
 import torch
 
-from infra.ports import free_port
 from model.dsa import install_dsa_indexers, set_dense_attention
-from rollout.client import EngineClient
-from rollout.fleet_client import FleetClient
-from rollout.process import EngineProcess, RouterProcess
-from rollout.weight_push import (
-    Broadcast,
-    DistributedWeightPush,
-    FleetWeightGroup,
-    FromDisk,
-    WeightDelivery,
-    address_reachable_from,
-)
-from stages.common.config import ComputeSettings, OptimizerSettings, WeightSync
+from rollout.engine_settings import WeightSync
+from rollout.engines import EngineFleet, launch_engines
+from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk, WeightDelivery
+from stages.common.config import ComputeSettings, OptimizerSettings
 from stages.common.distributed import Dist, barrier
 from stages.common.hf_weights import gathered, merged_lora_state_dict, save_hf
 from stages.common.training_engine import StepShape, adapt_model, deepspeed_engine
@@ -84,101 +75,42 @@ def push_weights(engine, workdir: Path, version: int, is_main: bool, deliver: Ca
 
 @dataclass(frozen=True)
 class PolicyEngine:
-    client: EngineClient | FleetClient  # generate(prompts, sampling) either way
+    fleet: EngineFleet  # fleet.client.generate(prompts, sampling)
     push: Callable[[int], None]  # the trainer's current weights to the engines, as this weight version
 
 
 def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, start_step: int) -> PolicyEngine:
-    """The rollout engines of the policy being trained, until `stack` closes: SGLang's router at
-    `config.router_url` (shared by the trainer's ranks), the engine at `config.engine_url`, or
-    `config.replicas` engines started here on the init checkpoint (each rank its own; behind SGLang's router
-    when more than one). They serve the trainer's weights at `start_step`; `push` sends them the trainer's
-    weights after a step (`config.weight_sync`)."""
-    if config.router_url or (config.replicas > 1 and not config.engine_url):
-        return _policy_fleet(stack, config, engine, workdir, dist, start_step)
-    if config.engine_url:
-        client = EngineClient(config.engine_url)
-        client.wait_until_healthy(30)
-    else:
-        client = stack.enter_context(EngineProcess(config.init_checkpoint, workdir / "engine.log",
-                                                   seed=config.seed * 1000 + dist.rank,
-                                                   weights_dirs=[weights_push_dir(workdir)],
-                                                   precision=config.compute.precision))
-    push = weight_pusher(stack, config.weight_sync, engine, client, workdir, dist)
-    if start_step:  # the engine serves the init checkpoint: give it the resumed weights
+    """The rollout engines of the policy being trained (`config.engines`), until `stack` closes: running
+    ones, shared by the trainer's ranks, or engines started here on the init checkpoint (each rank its own;
+    the replicas generate at once, and never while the trainer trains: on-policy). They serve the trainer's
+    weights at `start_step`; `push` sends them the trainer's weights after a step."""
+    settings = config.engines
+    fleet = launch_engines(stack, settings, config.init_checkpoint, workdir / f"rank-{dist.rank}",
+                           seed=config.seed * 1000 + dist.rank * 100, weights_dirs=[weights_push_dir(workdir)],
+                           precision=config.compute.precision, threads=engine_threads(settings.replicas),
+                           serve_checkpoint=dist.is_main and not start_step)()
+    push = weight_pusher(stack, settings.weight_sync, engine, fleet.client.update_weights, workdir, dist,
+                         shared=not fleet.started)
+    if start_step:  # started engines serve the init checkpoint, running ones anything: give them the resumed weights
         push(start_step)
-    elif config.engine_url:  # an engine we did not start may serve anything
-        client.update_weights(config.init_checkpoint, weight_version="0")
-    return PolicyEngine(client, push)
-
-
-def _policy_fleet(stack: ExitStack, config, engine, workdir: Path, dist: Dist, start_step: int) -> PolicyEngine:
-    if config.router_url:
-        fleet = FleetClient(config.router_url)
-    else:
-        # The replicas generate at once, and never while the trainer trains (on-policy).
-        urls = replicas_started(stack, config.init_checkpoint, config.replicas, workdir / f"rank-{dist.rank}",
-                                seed=config.seed * 1000 + dist.rank * 100, precision=config.compute.precision,
-                                weights_dirs=[weights_push_dir(workdir)], threads=engine_threads(config.replicas))
-        fleet = FleetClient(stack.enter_context(RouterProcess(urls, workdir / f"router-{dist.rank}.log")))
-    stack.callback(fleet.close)
-    push = fleet_weight_pusher(stack, config.weight_sync, engine, fleet.update_weights, workdir, dist,
-                               shared=bool(config.router_url))
-    if start_step:
-        push(start_step)
-    elif config.router_url and dist.is_main:  # engines we did not start may serve anything
-        fleet.update_weights(FromDisk(config.init_checkpoint, "0"))
     return PolicyEngine(fleet, push)
 
 
-def engine_threads(computing_at_once: int) -> int:
+def engine_threads(computing_at_once: int) -> int | None:
     """CPU threads for an engine started beside this trainer rank when `computing_at_once` processes (the
     engines, and the trainer too when it trains while they generate) share the rank's cores (its torch
-    threads, as the launcher set them). Measured on 2 cores, agentic RL with two replicas: each engine on
-    every core made a step 3× slower than the cores shared out."""
-    return max(1, torch.get_num_threads() // computing_at_once)
+    threads, as the launcher set them); None, every core, for an engine that computes alone. Measured on 2
+    cores, agentic RL with two replicas: each engine on every core made a step 3× slower than the cores
+    shared out."""
+    return max(1, torch.get_num_threads() // computing_at_once) if computing_at_once > 1 else None
 
 
-def replicas_started(stack: ExitStack, checkpoint: str, count: int, log_dir: Path, *, seed: int, precision: str,
-                     weights_dirs: list[Path], threads: int | None = None) -> list[str]:
-    """The URLs of `count` engines on `checkpoint`, started at once and stopped when `stack` closes."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    engines = []
-    for i in range(count):
-        process = EngineProcess(checkpoint, log_dir / f"engine-{i}.log", seed=seed + i, weights_dirs=weights_dirs,
-                                precision=precision, threads=threads)
-        stack.callback(process.stop)
-        process.launch()
-        engines.append(process)
-    return [process.wait_ready().base_url for process in engines]
-
-
-def weight_pusher(stack: ExitStack, sync: WeightSync, engine, client: EngineClient, workdir: Path,
-                  dist: Dist) -> Callable[[int], None]:
-    """`push(version)`: every rank's engine serves the trainer's current weights (ZeRO-3's gathered, LoRA's
-    merged) as `version` before any rank goes on. Distributed: each rank broadcasts them to its own engine
-    over a group of the two (gloo on CPUs, NCCL on GPUs). Disk: rank 0 writes them, every engine loads them."""
-    if sync == "disk":
-        return lambda version: push_weights(engine, workdir, version, dist.is_main,
-                                            lambda path: client.update_weights(path, str(version)))
-    group = DistributedWeightPush([client.base_url], backend=group_backend(),
-                                  master_address=address_reachable_from(client.base_url), master_port=free_port())
-    stack.callback(group.close)
-
-    def push(version: int) -> None:
-        with gathered(engine.module):
-            group.push(served_weights(engine.module), str(version))
-        barrier()
-
-    return push
-
-
-def fleet_weight_pusher(stack: ExitStack, sync: WeightSync, engine, update: Callable[[WeightDelivery], None],
-                        workdir: Path, dist: Dist, *, shared: bool = True) -> Callable[[int], None]:
-    """`push(version)` for a fleet of replicas behind a router: `update` gets the trainer's current weights
-    as `version` — broadcast over one group with every replica the router lists (formed again when they
-    change), or written to disk for each to load — from rank 0 when the ranks share the fleet (`shared`),
-    else from each rank to its own; no rank goes on before every replica serves them."""
+def weight_pusher(stack: ExitStack, sync: WeightSync, engine, update: Callable[[WeightDelivery], None],
+                  workdir: Path, dist: Dist, *, shared: bool = True) -> Callable[[int], None]:
+    """`push(version)` for an engine fleet: `update` gets the trainer's current weights (ZeRO-3's gathered,
+    LoRA's merged) as `version` — broadcast over one group with every engine the fleet lists (formed again
+    when they change), or written to disk for each to load — from rank 0 when the ranks share the fleet
+    (`shared`), else from each rank to its own; no rank goes on before every engine serves them."""
     pushes_here = dist.is_main or not shared
     if sync == "disk":
         return lambda version: push_weights(engine, workdir, version, dist.is_main,

@@ -5,7 +5,7 @@ engine is given (TITO), with what reward modules read besides it."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from data_contracts import CHAT_V1, PROMPT_V1
@@ -27,10 +27,15 @@ def row_tools(row: Mapping) -> list[dict] | None:
     return json.loads(row["tools_json"]) if row.get("tools_json") else None
 
 
+def stated_reference(row: Mapping) -> str | None:
+    """The answer the row's last assistant reply states, None where it states none."""
+    replies = [m for m in row["messages"] if m["role"] == "assistant"]
+    return stated_answer(replies[-1]["content"]) if replies else None
+
+
 def reference_answer(row: Mapping) -> str:
     """The answer the row's last assistant reply states; a row without one cannot be scored."""
-    replies = [m for m in row["messages"] if m["role"] == "assistant"]
-    answer = stated_answer(replies[-1]["content"]) if replies else None
+    answer = stated_reference(row)
     if answer is None:
         raise ValueError(f"row {row['id']}: no reference reply of the form 'The answer is X.'")
     return answer
@@ -45,13 +50,18 @@ class RlPrompt:
     metadata: Mapping = field(default_factory=dict)  # what reward modules read besides the reference (domain, rules)
 
 
-def rl_prompts(rows: Sequence[Mapping], tokenizer) -> list[RlPrompt]:
-    """Each row's conversation up to its first reply, rendered with thinking on, as token ids."""
+ReadReference = Callable[[Mapping], str | None]
+
+
+def rl_prompts(rows: Sequence[Mapping], tokenizer, reference: ReadReference = reference_answer) -> list[RlPrompt]:
+    """Each row's conversation up to its first reply, rendered with thinking on, as token ids, with the answer
+    `reference` reads from it: a verifier needs one (reference_answer refuses a row without), a teacher that
+    scores the reply itself does not (stated_reference: SFT's conversations state no answer)."""
     prompts = []
     for row in rows:
         messages = prompt_messages(row)
         ids = prompt_ids(tokenizer, list(messages), row_tools(row))
-        prompts.append(RlPrompt(row["id"], messages, reference_answer(row), ids))
+        prompts.append(RlPrompt(row["id"], messages, reference(row), ids))
     return prompts
 
 
@@ -71,6 +81,8 @@ def prompt_contract(dataset: CommittedArtifact) -> Contract:
     return PROMPT_V1 if published_contract(dataset) == PROMPT_V1.id else CHAT_V1
 
 
-def parse_prompts(rows: Sequence[Mapping], contract: Contract, tokenizer) -> list[RlPrompt]:
-    """prompt@1 rows with their reference answer and metadata; chat@1 rows up to their first reply."""
-    return general_prompts(rows, tokenizer) if contract is PROMPT_V1 else rl_prompts(rows, tokenizer)
+def parse_prompts(rows: Sequence[Mapping], contract: Contract, tokenizer,
+                  reference: ReadReference = reference_answer) -> list[RlPrompt]:
+    """prompt@1 rows with their reference answer and metadata; chat@1 rows up to their first reply, with the
+    answer `reference` reads (rl_prompts)."""
+    return general_prompts(rows, tokenizer) if contract is PROMPT_V1 else rl_prompts(rows, tokenizer, reference)

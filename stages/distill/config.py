@@ -2,38 +2,37 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
 from rollout.agents.orchestrator import EpisodeSettings
+from rollout.engine_settings import EngineSettings
 from stages.common.agent_tasks import check_tasks
 from stages.common.config import (
-    WEIGHT_SYNC_HELP,
     ComputeSettings,
     OptimizerSettings,
     RolloutRecordSettings,
     SamplingSettings,
     StageIO,
-    WeightSync,
 )
 from stages.common.icepop import IcePopSettings
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
 
-# The stages whose final checkpoints teach, and so how their domain is evaluated (flows/distill.py).
-TeacherSource = Literal["reasoning_rl", "agentic_rl", "general_rl"]
-
 
 class TeacherSpec(BaseModel):
-    """One teacher: a committed checkpoint and the datasets of the RL prompts it was trained on."""
+    """One teacher: a committed checkpoint and the datasets of the prompts it was trained on."""
 
     model_config = STRICT
-    source: TeacherSource
+    # Which stages teach is the pipeline's to say (flows/stage_table.py; the distill flow refuses any other):
+    # to the trainer a source only names the teacher, its prompts, its engine's log and its metrics.
+    source: str = Field(..., pattern=r"^[a-z][a-z0-9_]*$", description=(
+        "The stage whose final checkpoint this is, e.g. sft or reasoning_rl: a stage that teaches."))
     checkpoint: str = Field(..., min_length=1)
     datasets: list[str] = Field(..., min_length=1, description="chat@1 or prompt@1 datasets whose train prompts it scores")
-    engine_url: str | None = Field(None, description="A running engine serving this teacher (ours or SGLang); "
-                                                     "default: start one in the job.")
+    engines: EngineSettings = Field(EngineSettings(), description=(
+        "the engines scoring with this teacher: started in the job on its checkpoint, or running ones made to serve it"))
     share: int = Field(1, ge=1, description="its prompts' share of every batch, relative to the other teachers'")
     agent_tasks: list[str] = Field(default_factory=list, description=(
         "Play this teacher's prompts as whole agent episodes against these tasks' services (the student "
@@ -56,12 +55,7 @@ class DistillRecipe(BaseModel):
     sampling: SamplingSettings = SamplingSettings()
     objective: IcePopSettings = IcePopSettings()
     episode: EpisodeSettings = Field(EpisodeSettings(), description="turns and context management of the agent episodes")
-    engine_url: str | None = Field(None, description="A running engine for the student; default: start one here.")
-    replicas: int = Field(1, ge=1, description="policy engines started here (per trainer rank) when engine_url and "
-                                               "router_url are empty; more than one go behind SGLang's router")
-    router_url: str | None = Field(None, description="SGLang's router in front of running policy engines (at scale); "
-                                                     "the trainer's ranks share them")
-    weight_sync: WeightSync = Field("distributed", description=WEIGHT_SYNC_HELP)
+    engines: EngineSettings = EngineSettings()
     checkpoint_every: int = Field(20, ge=1)
     record: RolloutRecordSettings = RolloutRecordSettings()
 

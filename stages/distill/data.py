@@ -1,4 +1,4 @@
-"""Distillation's prompts: each teacher's RL prompt set, every prompt tagged with the teacher that scores it.
+"""Distillation's prompts: each teacher's prompt set, every prompt tagged with the teacher that scores it.
 
 A teacher with `agent_tasks` gives agent episodes instead: its rows as its agentic RL stage posed them
 (task, opening messages, reference, task metadata), to be played to the end by the student.
@@ -14,7 +14,7 @@ from pathlib import Path
 from infra.store import ArtifactStore
 from stages.common.agent_tasks import agent_task_rows
 from stages.common.inputs import load_split
-from stages.common.prompts import RlPrompt, parse_prompts, prompt_contract
+from stages.common.prompts import RlPrompt, parse_prompts, prompt_contract, stated_reference
 from stages.distill.config import TeacherSpec
 
 
@@ -32,8 +32,8 @@ def teacher_prompts(store: ArtifactStore, teachers: Sequence[TeacherSpec], token
     """{teacher source: its train prompts}, each carrying `teacher` in its metadata: at most `limit` per
     teacher (a seeded sample; a run never draws more), so a 20,000-prompt set is not all tokenized.
 
-    chat@1 rows (reasoning and agentic RL's sets) give the conversation up to the first reply, tools
-    included; prompt@1 rows (general RL's) give their prompt; a teacher with `agent_tasks` gets its
+    chat@1 rows (SFT's, reasoning and agentic RL's sets) give the conversation up to the first reply, tools
+    included, whether or not their reply states an answer; prompt@1 rows (general RL's) give their prompt; a teacher with `agent_tasks` gets its
     task rows as whole episodes (`data_seed` rebuilds the search graphs they were generated on)."""
     prompts = {}
     for teacher in teachers:
@@ -48,7 +48,7 @@ def teacher_prompts(store: ArtifactStore, teachers: Sequence[TeacherSpec], token
             rows = load_split([dataset], "train", local, contract)
             if len(rows) > limit:
                 rows = random.Random(f"distill-prompts:{seed}:{teacher.source}:{index}").sample(rows, limit)
-            parsed = parse_prompts(rows, contract, tokenizer)
+            parsed = parse_prompts(rows, contract, tokenizer, stated_reference)  # the teacher scores, not a verifier
             mine += [RlPrompt(p.id, p.messages, p.reference, p.prompt_ids, {**p.metadata, "teacher": teacher.source})
                      for p in parsed]
         if not mine:

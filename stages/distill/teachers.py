@@ -11,37 +11,24 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from rollout.client import EngineClient
-from rollout.process import EngineProcess
+from model.precision import Precision
+from rollout.engines import launch_engines
+from rollout.fleet_client import FleetClient
 from stages.distill.config import TeacherSpec
 from stages.distill.rows import StudentRow
 
 
 def teacher_engines(stack: ExitStack, teachers: Sequence[TeacherSpec], workdir: Path, seed: int,
-                    precision: str = "auto") -> dict[str, EngineClient]:
-    """{source: client}: the configured engine of each teacher, or one started here until `stack` closes.
-    The started ones launch side by side before any is waited on: each takes seconds to load."""
-    started: dict[str, EngineProcess] = {}
-    for teacher in teachers:
-        if teacher.engine_url is None:
-            engine = EngineProcess(teacher.checkpoint, workdir / f"teacher-{teacher.source}.log", seed=seed,
-                                   precision=precision)
-            stack.callback(engine.stop)
-            engine.launch()
-            started[teacher.source] = engine
-    clients = {}
-    for teacher in teachers:
-        if teacher.engine_url is not None:
-            clients[teacher.source] = EngineClient(teacher.engine_url)
-            clients[teacher.source].wait_until_healthy(30)
-            # An engine we did not start may serve anything: make it serve the teacher.
-            clients[teacher.source].update_weights(teacher.checkpoint)
-        else:
-            clients[teacher.source] = started[teacher.source].wait_ready()
-    return clients
+                    precision: Precision = "auto") -> dict[str, FleetClient]:
+    """{source: client}: each teacher's engines (`teacher.engines`) serving its checkpoint until `stack`
+    closes. Every teacher's engines launch before any is waited on: each takes seconds to load."""
+    ready = {teacher.source: launch_engines(stack, teacher.engines, teacher.checkpoint,
+                                            workdir / f"teacher-{teacher.source}", seed=seed, precision=precision)
+             for teacher in teachers}
+    return {source: fleet_ready().client for source, fleet_ready in ready.items()}
 
 
-def teacher_logprobs(engines: Mapping[str, EngineClient], rows: Sequence[StudentRow]) -> list[list[float]]:
+def teacher_logprobs(engines: Mapping[str, FleetClient], rows: Sequence[StudentRow]) -> list[list[float]]:
     """log π_teacher of each row's response tokens, scored by the teacher the row names, one batched
     request per teacher (environment tokens inside an episode's response are scored too; the mask drops them)."""
     result: list[list[float] | None] = [None] * len(rows)

@@ -17,7 +17,6 @@ samples differently.
 from __future__ import annotations
 
 import random
-import time
 from contextlib import ExitStack
 
 import torch
@@ -26,23 +25,25 @@ from model.presets import load_model
 from rollout.agents.episodes import play_episodes
 from rollout.agents.orchestrator import RolloutResult, RolloutSpec
 from rollout.agents.task_services import TaskServices
-from rollout.client import EngineClient
-from rollout.fleet_client import FleetClient
+from rollout.engines import EngineFleet
 from rollout.protocol import SamplingParams
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
-from stages.common.distributed import Dist, all_mean, rank_share
+from stages.common.distributed import rank_share
 from stages.common.finite import FiniteSteps
 from stages.common.icepop import IcePopSettings
 from stages.common.icepop_loss import grpo_icepop_loss, icepop_in_band
-from stages.common.inputs import StageInputs, stage_main
+from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, padded_batch
-from stages.common.training_engine import peak_memory_mb, step_shape
+from stages.common.stage_main import stage_main
+from stages.common.timing import timed
+from stages.common.training_engine import step_shape
 from stages.distill.config import DistillConfig
 from stages.distill.data import AgentEpisode, draw_prompts, teacher_prompts
-from stages.distill.loss import distill_advantages, response_aligned, reverse_kl_by_teacher
+from stages.distill.loss import distill_advantages, response_aligned
+from stages.distill.metrics import step_metrics
 from stages.distill.record import distill_rows
 from stages.distill.rows import StudentRow, episode_rows, sample_rows
 from stages.distill.teachers import teacher_engines, teacher_logprobs
@@ -76,39 +77,28 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
             drawn = draw_prompts(prompts, shares, share * dist.world_size, rng)
             step_prompts = rank_share(drawn, dist.rank, share)
 
-            started = time.monotonic()
-            sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
-            rows, episodes = student_rows(student.client, step_prompts, sampling, services, tokenizer, config,
-                                          f"s{step + 1}-r{dist.rank}")
-            rollout_s = time.monotonic() - started
-            started = time.monotonic()
-            scored = teacher_logprobs(scorers, rows)
-            teacher_s = time.monotonic() - started
+            with timed() as rollout:
+                sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
+                rows, episodes = student_rows(student.fleet, step_prompts, sampling, services, tokenizer, config,
+                                              f"s{step + 1}-r{dist.rank}")
+            with timed() as teaching:
+                scored = teacher_logprobs(scorers, rows)
 
-            started = time.monotonic()
-            batch = padded_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows],
-                                 tokenizer.pad_token_id)
-            logp_teacher = response_aligned([len(r.prompt_ids) for r in rows], scored, batch.logp_infer.shape[1])
-
-            trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite,
-                                  step + 1, distill_loss_of(logp_teacher, config.objective), mean_over="sequences")
-            train_s = time.monotonic() - started
+            with timed() as training:
+                batch = padded_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows],
+                                     tokenizer.pad_token_id)
+                logp_teacher = response_aligned([len(r.prompt_ids) for r in rows], scored, batch.logp_infer.shape[1])
+                trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
+                                      finite, step + 1, distill_loss_of(logp_teacher, config.objective),
+                                      mean_over="sequences")
             student.push(step + 1)
 
-            kl = reverse_kl_by_teacher(logp_teacher, trained.logp_old, batch.response_mask, [r.teacher for r in rows],
-                                       list(shares))
-            advantages = distill_advantages(logp_teacher, trained.logp_old, batch.response_mask)
-            checkpointer.end_of_step({
-                "step": step + 1, "loss": all_mean(trained.loss), "lr": engine.get_lr()[0],
-                "reverse_kl": all_mean(float(-(advantages.sum() / batch.response_mask.sum()))),
-                **{name: all_mean(value) for name, value in kl.items()},
-                **{name: all_mean(value) for name, value in trained.stats.items()},
-                "response_length": all_mean(batch.response_tokens / len(rows)),
-                **(episode_metrics(episodes, dist) if agent_tasks else {}),
-                **throughput(batch, rollout_s, teacher_s, train_s, dist),
-                "weight_version": step, "peak_memory_mb": all_mean(peak_memory_mb()),
-            }, samples=distill_rows(config.stage_name, step + 1, dist.rank, rows, trained.logp_old, logp_teacher,
-                                    icepop_in_band(trained.logp_old, batch.logp_infer, config.objective)))
+            checkpointer.end_of_step(
+                step_metrics(step + 1, trained, engine.get_lr()[0], batch, rows, logp_teacher, list(shares),
+                             episodes if agent_tasks else None, dist, rollout_s=rollout.seconds,
+                             teacher_s=teaching.seconds, train_s=training.seconds),
+                samples=distill_rows(config.stage_name, step + 1, dist.rank, rows, trained.logp_old, logp_teacher,
+                                     icepop_in_band(trained.logp_old, batch.logp_infer, config.objective)))
     return checkpointer.finish()
 
 
@@ -123,31 +113,17 @@ def distill_loss_of(logp_teacher: torch.Tensor, objective: IcePopSettings) -> Lo
     return loss_of
 
 
-def episode_metrics(episodes: list[RolloutResult], dist: Dist) -> dict:
-    return {"episodes": round(all_mean(len(episodes)) * dist.world_size),
-            "episode_turns": all_mean(sum(e.turns for e in episodes) / max(len(episodes), 1)),
-            "env_failures": round(all_mean(sum(e.status == "env_error" for e in episodes)) * dist.world_size)}
-
-
-def throughput(batch: TrainBatch, rollout_s: float, teacher_s: float, train_s: float, dist: Dist) -> dict:
-    sampled = batch.response_tokens
-    return {"trained_tokens": int(all_mean(sampled) * dist.world_size),
-            "rollout_tokens_per_s": all_mean(sampled / rollout_s) * dist.world_size,
-            "teacher_tokens_per_s": all_mean(float(batch.attention_mask.sum()) / teacher_s) * dist.world_size,
-            "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size}
-
-
-def student_rows(student: EngineClient | FleetClient, prompts: list, sampling: SamplingParams, services: TaskServices | None,
+def student_rows(student: EngineFleet, prompts: list, sampling: SamplingParams, services: TaskServices | None,
                  tokenizer, config: DistillConfig, batch_id: str) -> tuple[list[StudentRow], list[RolloutResult]]:
     """What the student samples for this step's prompts: one reply to each first-reply prompt (a single
     seeded request) and every agent episode played to the end; the rows to train and the episodes."""
     replies = [p for p in prompts if not isinstance(p, AgentEpisode)]
     episodes = [p for p in prompts if isinstance(p, AgentEpisode)]
-    samples = student.generate([p.prompt_ids for p in replies], sampling) if replies else []
+    samples = student.client.generate([p.prompt_ids for p in replies], sampling) if replies else []
     specs = [RolloutSpec(f"{batch_id}-{i}", f"{batch_id}-{i}", episode.task, episode.row)
              for i, episode in enumerate(episodes)]
-    results = play_episodes(specs, student.base_url, services, tokenizer, sampling.model_copy(update={"sampling_seed": None}),
-                            config.episode, routed=isinstance(student, FleetClient)) if specs else []
+    results = play_episodes(specs, student.url, services, tokenizer, sampling.model_copy(update={"sampling_seed": None}),
+                            config.episode, routed=student.routed) if specs else []
     rows = sample_rows(samples, replies, batch_id) + episode_rows(results, [e.teacher for e in episodes])
     if not rows:
         raise RuntimeError(f"batch {batch_id}: nothing to train, the environment failed in every episode: "

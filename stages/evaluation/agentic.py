@@ -17,8 +17,8 @@ from model.tokenizer import load_tokenizer
 from rollout.agents.episodes import play_episodes
 from rollout.agents.orchestrator import RolloutResult, RolloutSpec
 from rollout.agents.task_services import TaskServices
-from rollout.client import EngineClient
-from rollout.process import EngineProcess
+from rollout.engine_settings import EngineSettings
+from rollout.engines import launch_engines
 from rollout.protocol import SamplingParams
 from stages.common.agent_tasks import agent_task_rows
 from stages.common.inputs import load_split
@@ -29,9 +29,9 @@ MODE = "engine"
 
 
 def evaluate_agentic(store: ArtifactStore, checkpoint_uri: str, dataset_uris: list[str], tasks: list[str],
-                     settings: AgenticEvalSettings, engine_url: str | None = None) -> dict[str, float]:
-    """{"<task>/tool_success", "tool_success", "env_failures"} for the checkpoint, committed once; on the
-    engine at `engine_url` (made to serve the checkpoint first) or on one started here."""
+                     settings: AgenticEvalSettings, engines: EngineSettings = EngineSettings()) -> dict[str, float]:
+    """{"<task>/tool_success", "tool_success", "env_failures"} for the checkpoint, committed once; on
+    `engines` (default: one started here on the checkpoint; running ones are made to serve it)."""
     checkpoint = store.open(checkpoint_uri)
     datasets = [store.open(uri) for uri in dataset_uris]
     config = {"kind": "agentic", "settings": asdict(settings), "tasks": sorted(tasks), "checkpoint": checkpoint.digest,
@@ -43,17 +43,12 @@ def evaluate_agentic(store: ArtifactStore, checkpoint_uri: str, dataset_uris: li
         specs = [RolloutSpec(f"eval-{task}-{i}", f"eval-{task}-{i}", task, row)
                  for task in sorted(tasks) for i, row in enumerate(rows[task][: settings.episodes_per_task])]
         with ExitStack() as stack:
-            if engine_url:
-                EngineClient(engine_url).update_weights(checkpoint.uri)
-            else:
-                engine = EngineProcess(checkpoint.uri, workdir / "engine.log", seed=settings.seed)
-                stack.callback(engine.stop)
-                engine.launch()
+            ready = launch_engines(stack, engines, checkpoint.uri, workdir, seed=settings.seed)
             services = stack.enter_context(TaskServices(dict.fromkeys(tasks, 1.0), workdir))  # while it loads
-            url = engine_url or engine.wait_ready().base_url
-            results = play_episodes(specs, url, services, tokenizer,
+            fleet = ready()
+            results = play_episodes(specs, fleet.url, services, tokenizer,
                                     SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens),
-                                    settings.episode)
+                                    settings.episode, routed=fleet.routed)
         metrics = success_metrics(results, tasks)
         created_at = datetime.now(UTC).isoformat(timespec="seconds")
         eval_rows = [{"checkpoint_uri": checkpoint.uri, "suite": name.split("/")[0] if "/" in name else "all",

@@ -72,6 +72,6 @@ def evaluate_with(
         advance = partial(progress.advance, task)
         arith = run_arith(arith_rows, generate, batch_size=batch_size, advance=advance)
         search = run_episodes(
-            search_rows, graphs, generate, batch_size=batch_size, max_turns=max_turns, advance=advance
+            search_rows, seed, generate, batch_size=batch_size, max_turns=max_turns, advance=advance
         )
     return summarize(arith, search)

@@ -17,7 +17,8 @@ from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
 from rewards import load_reward_module
 from rewards.rules import InstructGate
-from rollout.process import engine_serving
+from rollout.engine_settings import EngineSettings
+from rollout.engines import launch_engines
 from rollout.protocol import SamplingParams
 from stages.common.inputs import load_split
 from stages.common.prompts import general_prompts
@@ -30,8 +31,9 @@ MODE = "engine"
 
 
 def evaluate_general(store: ArtifactStore, checkpoint_uri: str, dataset_uris: list[str], rewards: list[RewardSpec],
-                     settings: GeneralEvalSettings, engine_url: str | None = None) -> dict[str, float]:
-    """{"rule_compliance", "reward/<module>"...} on the engine at `engine_url` (made to serve the checkpoint) or one started here."""
+                     settings: GeneralEvalSettings, engines: EngineSettings = EngineSettings()) -> dict[str, float]:
+    """{"rule_compliance", "reward/<module>"...} on `engines` (default: one
+    started here on the checkpoint; running ones are made to serve it)."""
     checkpoint = store.open(checkpoint_uri)
     datasets = [store.open(uri) for uri in dataset_uris]
     config = {"kind": "general", "settings": asdict(settings), "rewards": [r.model_dump() for r in rewards],
@@ -44,7 +46,7 @@ def evaluate_general(store: ArtifactStore, checkpoint_uri: str, dataset_uris: li
         stage_modules = [load_reward_module(spec.path, spec.params) for spec in rewards]
         modules = stage_modules + ([] if any(m.name == InstructGate.name for m in stage_modules) else [InstructGate()])
         with ExitStack() as stack:
-            client = engine_serving(stack, checkpoint.uri, engine_url, workdir / "engine.log", settings.seed)
+            client = launch_engines(stack, engines, checkpoint.uri, workdir, seed=settings.seed)().client
             means = reward_means(client, tokenizer, prompts, modules,
                                  SamplingParams(temperature=0.0, max_new_tokens=settings.max_new_tokens))
         metrics = {"rule_compliance": means[InstructGate.name],

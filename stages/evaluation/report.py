@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from stages.evaluation.arith_accuracy import ArithResult
-from stages.evaluation.search_episodes import Episode
+from stages.evaluation.search_episodes import EvalEpisode
 from suites.search import UNKNOWN
 
 # The suite name eval@1 rows carry for metrics pooled over every suite's turns.
@@ -21,10 +21,10 @@ class EvalReport:
     # How many examples (problems, episodes or turns) each metric averages over.
     counts: dict[str, int]
     arith: list[ArithResult] = field(repr=False)
-    search: list[Episode] = field(repr=False)
+    search: list[EvalEpisode] = field(repr=False)
 
 
-def summarize(arith: Sequence[ArithResult], search: Sequence[Episode]) -> EvalReport:
+def summarize(arith: Sequence[ArithResult], search: Sequence[EvalEpisode]) -> EvalReport:
     """Fractions of examples; a metric with nothing to average over is left out rather than NaN."""
     metrics: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -45,7 +45,7 @@ def summarize(arith: Sequence[ArithResult], search: Sequence[Episode]) -> EvalRe
     add("arith/thinking_compliance", [turn.thinking_compliant for turn in arith_turns])
     add("search/success", [episode.success for episode in search])
     # Without the questions whose answer is "unknown": a model that never finds anything scores 0 here.
-    add("search/success_answerable", [episode.success for episode in search if episode.expected != UNKNOWN])
+    add("search/success_answerable", [episode.success for episode in search if episode.state.reference != UNKNOWN])
     add("search/format_validity", [turn.format_valid for turn in search_turns])
     add("search/thinking_compliance", [turn.thinking_compliant for turn in search_turns])
     # Pooled over every generated turn; an arith turn's validity includes its answer's format.

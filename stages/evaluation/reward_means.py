@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rewards import RewardModule, RewardSample, score_batch
-from rollout.client import EngineClient
+from rollout.fleet_client import FleetClient
 from rollout.protocol import SamplingParams
 from stages.common.prompts import RlPrompt
 
 
-def reward_means(client: EngineClient, tokenizer, prompts: Sequence[RlPrompt], modules: Sequence[RewardModule],
+def reward_means(client: FleetClient, tokenizer, prompts: Sequence[RlPrompt], modules: Sequence[RewardModule],
                  params: SamplingParams, *, repeats: int = 1, seed: int = 0, batch_size: int = 256,
                  timeout_s: float = 60.0) -> dict[str, float]:
     """{module name: mean score over the samples it scored} for `repeats` replies per prompt.

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
-from rollout.process import engine_serving
+from rollout.engine_settings import EngineSettings
+from rollout.engines import launch_engines
 from stages.common.inputs import load_split
 from stages.common.prompts import parse_prompts, prompt_contract
 from stages.evaluation.committed import committed_eval
@@ -23,8 +24,8 @@ MODE = "engine"  # how these metrics are keyed in the eval record (the SFT eval'
 
 
 def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, dataset_uri: str,
-                     settings: SampledEvalSettings, engine_url: str | None = None) -> dict[str, float]:
-    """Evaluate on the engine at `engine_url` (made to serve the checkpoint first), or on one started here.
+                     settings: SampledEvalSettings, engines: EngineSettings = EngineSettings()) -> dict[str, float]:
+    """Evaluate on `engines`: one started here on the checkpoint by default, or running ones made to serve it.
 
     Every sampled request carries its own seed, so a shared engine gives the same numbers as a fresh one.
     """
@@ -38,7 +39,7 @@ def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, dataset_uri: str
         tokenizer = load_tokenizer(checkpoint.download(workdir / "checkpoint"))
         rows = load_split([dataset], "test", workdir / domain, contract)[: settings.prompts]
         with ExitStack() as stack:
-            client = engine_serving(stack, checkpoint.uri, engine_url, workdir / "engine.log", settings.seed)
+            client = launch_engines(stack, engines, checkpoint.uri, workdir, seed=settings.seed)().client
             metrics = sampled_accuracy(
                 client, tokenizer, parse_prompts(rows, contract, tokenizer), verifier(), domain,
                 samples_per_prompt=settings.samples_per_prompt, temperature=settings.temperature,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from rewards.protocol import RewardModule
 from rewards.verifiers import AnswerMatch, ArithExactMatch
-from rollout.client import EngineClient
+from rollout.fleet_client import FleetClient
 from rollout.protocol import SamplingParams
 from stages.common.prompts import RlPrompt
 from stages.evaluation.reward_means import reward_means
@@ -22,7 +22,7 @@ VERIFIERS: dict[str, tuple[str, type]] = {"chat": ("arith", ArithExactMatch), "p
 
 
 def sampled_accuracy(
-    client: EngineClient, tokenizer, prompts: Sequence[RlPrompt], verifier: RewardModule, domain: str, *,
+    client: FleetClient, tokenizer, prompts: Sequence[RlPrompt], verifier: RewardModule, domain: str, *,
     samples_per_prompt: int, temperature: float, max_new_tokens: int, seed: int, batch_size: int = 256,
 ) -> dict[str, float]:
     """{"<domain>/accuracy_greedy", "<domain>/accuracy_sampled"} over `prompts`."""

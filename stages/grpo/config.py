@@ -9,14 +9,13 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
 from rewards.loading import RewardModuleError, resolve_reward_target
+from rollout.engine_settings import EngineSettings
 from stages.common.config import (
-    WEIGHT_SYNC_HELP,
     ComputeSettings,
     OptimizerSettings,
     RolloutRecordSettings,
     SamplingSettings,
     StageIO,
-    WeightSync,
 )
 from stages.common.icepop import IcePopSettings
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
@@ -81,12 +80,7 @@ class GrpoRecipe(BaseModel):
     reward_timeout_s: float = Field(60.0, gt=0)
     frozen: list[str] = Field(default_factory=list, description="globs of parameter names RL leaves as they are, "
                                                                  "e.g. '*.mlp.gate.weight' (the MoE routers)")
-    engine_url: str | None = Field(None, description="A running engine (ours or SGLang); default: start one here.")
-    replicas: int = Field(1, ge=1, description="policy engines started here (per trainer rank) when engine_url and "
-                                               "router_url are empty; more than one go behind SGLang's router")
-    router_url: str | None = Field(None, description="SGLang's router in front of running policy engines (at scale); "
-                                                     "the trainer's ranks share them")
-    weight_sync: WeightSync = Field("distributed", description=WEIGHT_SYNC_HELP)
+    engines: EngineSettings = EngineSettings()
     checkpoint_every: int = Field(20, ge=1)
     record: RolloutRecordSettings = RolloutRecordSettings()
 

@@ -9,8 +9,9 @@ reward modules with the sample.
 from __future__ import annotations
 
 from data_contracts import PROMPT_V1
-from stages.common.inputs import StageInputs, load_split, stage_main
+from stages.common.inputs import StageInputs, load_split
 from stages.common.prompts import general_prompts
+from stages.common.stage_main import stage_main
 from stages.grpo.config import GeneralRlConfig
 from stages.grpo.loop import run_grpo
 

@@ -9,7 +9,6 @@ the trainer's sparse attention pick the same keys.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 
@@ -17,22 +16,22 @@ import torch
 
 from model.presets import load_model
 from rewards import load_reward_module, reward_module_refs
-from rollout.client import Sample
-from rollout.fleet_client import FleetClient
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
-from stages.common.distributed import Dist, all_mean, rank_share
+from stages.common.distributed import rank_share
 from stages.common.finite import FiniteSteps
 from stages.common.icepop import IcePopSettings
-from stages.common.icepop_loss import group_advantages, grpo_icepop_loss, icepop_in_band, zero_signal_groups
+from stages.common.icepop_loss import group_advantages, grpo_icepop_loss, icepop_in_band
 from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.prompts import RlPrompt
 from stages.common.rl_batches import TrainBatch, train_batch
-from stages.common.training_engine import peak_memory_mb, step_shape
+from stages.common.timing import timed
+from stages.common.training_engine import step_shape
 from stages.grpo.anchors import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
 from stages.grpo.config import AnchorSettings, GeneralRlConfig, GrpoRecipe, ReasoningRlConfig
+from stages.grpo.metrics import step_metrics
 from stages.grpo.record import grpo_rows
 from stages.grpo.rewards import WeightedReward, group_rewards, informative_groups
 
@@ -62,54 +61,40 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             drawn = share * config.oversample  # this rank's prompts; `share` of them are trained on
             step_prompts = rank_share(rng.sample(prompts, drawn * dist.world_size), dist.rank, drawn)
 
-            started = time.monotonic()
-            # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
-            sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
-            samples = policy.client.generate(policy_requests(step_prompts, config.group_size, anchors_on), sampling)
-            if anchors_on:
-                samples = with_anchor_members(step_prompts, samples, config.group_size, tokenizer)
-            rollout_s = time.monotonic() - started
-            started = time.monotonic()
-            scored = group_rewards(step_prompts, samples, config.group_size, rewards, tokenizer, config.reward_timeout_s)
-            reward_s = time.monotonic() - started
-            zero_signal = zero_signal_groups(scored.total) / len(step_prompts)
-            reward_mean = float(scored.total.mean())  # over every sampled group, trained or not
+            with timed() as generation:
+                # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
+                sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
+                samples = policy.fleet.client.generate(policy_requests(step_prompts, config.group_size, anchors_on), sampling)
+                if anchors_on:
+                    samples = with_anchor_members(step_prompts, samples, config.group_size, tokenizer)
+            with timed() as scoring:
+                scored = group_rewards(step_prompts, samples, config.group_size, rewards, tokenizer,
+                                       config.reward_timeout_s)
             chosen = informative_groups(scored.total, scored.kept, share)
             members = [g * config.group_size + i for g in chosen for i in range(config.group_size)]
             samples, scores = [samples[m] for m in members], [scored.scores[m] for m in members]
             rewards_by_group, kept = scored.total[chosen], [scored.kept[g] for g in chosen]
 
-            started = time.monotonic()
-            batch = train_batch(samples, tokenizer.pad_token_id)
-            keep = torch.tensor(kept).repeat_interleave(config.group_size)
-            advantages = group_advantages(rewards_by_group).flatten().to(torch.float32) * keep
-            is_anchor_member = is_anchor(samples)
-
-            loss_of = grpo_loss_of(advantages, is_anchor_member, config.objective, anchors if anchors_on else None)
-            trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite,
-                                  step + 1, loss_of, mean_over="sequences")
-            train_s = time.monotonic() - started
+            with timed() as training:
+                batch = train_batch(samples, tokenizer.pad_token_id)
+                keep = torch.tensor(kept).repeat_interleave(config.group_size)
+                advantages = group_advantages(rewards_by_group).flatten().to(torch.float32) * keep
+                is_anchor_member = is_anchor(samples)
+                loss_of = grpo_loss_of(advantages, is_anchor_member, config.objective, anchors if anchors_on else None)
+                trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
+                                      finite, step + 1, loss_of, mean_over="sequences")
             # The tokens IcePop kept, on record: the gate compares the trainer's θ_old with what sampled each token.
             in_band = icepop_in_band(trained.logp_old, behaviour_logprobs(batch.logp_infer, trained.logp_old,
                                                                           is_anchor_member), config.objective)
-            started = time.monotonic()
-            policy.push(step + 1)
-            push_s = time.monotonic() - started
+            with timed() as pushing:
+                policy.push(step + 1)
 
-            checkpointer.end_of_step({
-                "step": step + 1, "loss": all_mean(trained.loss), "lr": engine.get_lr()[0],
-                **{name: all_mean(value) for name, value in scored.means.items()},
-                "reward_mean": all_mean(reward_mean),
-                **{name: all_mean(value) for name, value in trained.stats.items()},
-                "zero_signal_group_fraction": all_mean(zero_signal),
-                "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
-                **sample_metrics(samples, is_anchor_member, batch, rollout_s, train_s, dist),
-                **({"replicas": policy.client.replica_requests()} if isinstance(policy.client, FleetClient) else {}),
-                # Where the step's time went (bench/grpo_step.py reads them), averaged over ranks.
-                **{f"{part}_s": all_mean(value) for part, value in (("generate", rollout_s), ("reward", reward_s),
-                                                                   ("train", train_s), ("push", push_s))},
-            }, samples=grpo_rows(config.stage_name, step + 1, dist.rank, [step_prompts[g] for g in chosen], samples,
-                                 scores, rewards_by_group, advantages, is_anchor_member, trained.logp_old, in_band))
+            checkpointer.end_of_step(
+                step_metrics(step + 1, trained, engine.get_lr()[0], scored, kept, samples, is_anchor_member, batch,
+                             policy.fleet, dist, generate_s=generation.seconds, reward_s=scoring.seconds,
+                             train_s=training.seconds, push_s=pushing.seconds),
+                samples=grpo_rows(config.stage_name, step + 1, dist.rank, [step_prompts[g] for g in chosen], samples,
+                                  scores, rewards_by_group, advantages, is_anchor_member, trained.logp_old, in_band))
     return checkpointer.finish()
 
 
@@ -136,19 +121,3 @@ def load_rewards(config: GrpoRecipe) -> tuple[list[WeightedReward], list]:
             for ref in reward_module_refs(spec.path, r.module, spec.params)]
     return rewards, refs
 
-
-def sample_metrics(samples: list[Sample], anchors: torch.Tensor, batch: TrainBatch, rollout_s: float, train_s: float,
-                   dist: Dist) -> dict:
-    """Lengths, truncation and throughput of the trained samples (anchor members counted apart)."""
-    policy = [s for s, anchor in zip(samples, anchors.tolist(), strict=True) if not anchor]
-    lengths = [len(s.output_ids) for s in policy]
-    return {
-        "response_length": all_mean(sum(lengths) / len(lengths)),
-        "trained_tokens": int(all_mean(batch.response_tokens) * dist.world_size),
-        "truncated_fraction": all_mean(sum(s.finish_reason == "length" for s in policy) / len(policy)),
-        "anchor_members": int(all_mean(float(anchors.sum())) * dist.world_size),
-        "rollout_tokens_per_s": all_mean(sum(lengths) / rollout_s) * dist.world_size,
-        "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,
-        # One version unless replicas served different weights (then each, comma-separated).
-        "weight_version": ",".join(sorted({s.weight_version for s in samples})), "peak_memory_mb": all_mean(peak_memory_mb()),
-    }

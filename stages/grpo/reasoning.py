@@ -7,8 +7,9 @@ stages/grpo/loop.py, shared with general RL.
 
 from __future__ import annotations
 
-from stages.common.inputs import StageInputs, load_split, stage_main
+from stages.common.inputs import StageInputs, load_split
 from stages.common.prompts import parse_prompts, prompt_contract
+from stages.common.stage_main import stage_main
 from stages.grpo.config import ReasoningRlConfig
 from stages.grpo.loop import run_grpo
 

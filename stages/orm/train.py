@@ -8,7 +8,6 @@ commits the reward model with its lineage; `rewards.orm.OrmScore` scores with it
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 
 import torch
@@ -17,11 +16,13 @@ from model.presets import load_model
 from model.reward_model import ScalarRewardModel
 from stages.common.batches import GlobalBatches
 from stages.common.checkpointer import StageCheckpointer
-from stages.common.distributed import all_mean
+from stages.common.distributed import Dist, all_mean
 from stages.common.finite import FiniteSteps
-from stages.common.inputs import StageInputs, load_split, stage_main
+from stages.common.inputs import StageInputs, load_split
 from stages.common.micro_batches import micro_slices
 from stages.common.policy import rl_training_engine
+from stages.common.stage_main import stage_main
+from stages.common.timing import timed
 from stages.common.training_engine import peak_memory_mb, step_shape
 from stages.orm.config import TrainOrmConfig
 from stages.orm.data import PairSample, collate_pairs, render_pairs
@@ -50,22 +51,29 @@ def train(config: TrainOrmConfig, stage: StageInputs) -> str:
     batches = GlobalBatches(train_pairs.pairs, config.global_batch_size, config.seed)
     for step in range(start_step, config.max_steps):
         pairs = batches.for_step(step, dist.rank, dist.world_size)
-        started = time.monotonic()
-        engine.train()
-        loss, chosen, rejected, tokens = pairs_step(engine, pairs, pad_id, shape.micro, finite, step + 1)
-        record = {
-            "step": step + 1, "loss": all_mean(loss), "lr": engine.get_lr()[0],
-            "train_accuracy": all_mean(pairwise_accuracy(chosen, rejected)),
-            "margin": all_mean((chosen - rejected).mean().item()),
-            "pairs_per_s": all_mean(len(pairs) / (time.monotonic() - started)) * dist.world_size,
-            "trained_tokens": int(all_mean(float(tokens)) * dist.world_size),
-            "peak_memory_mb": all_mean(peak_memory_mb()),
-        }
+        with timed() as training:
+            engine.train()
+            loss, chosen, rejected, tokens = pairs_step(engine, pairs, pad_id, shape.micro, finite, step + 1)
+        record = step_metrics(step + 1, loss, engine.get_lr()[0], chosen, rejected, len(pairs), tokens, training.seconds,
+                              dist)
         if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
             record |= heldout_metrics(engine.module, heldout.pairs[: config.heldout.samples], pad_id,
                                       config.heldout.batch_size or config.global_batch_size, engine.device)
         checkpointer.end_of_step(record)
     return checkpointer.finish()
+
+
+def step_metrics(step: int, loss: float, lr: float, chosen: torch.Tensor, rejected: torch.Tensor, pairs: int,
+                 tokens: int, seconds: float, dist: Dist) -> dict:
+    """One step's record, averaged over ranks (counts summed); `chosen` and `rejected` are this rank's scores."""
+    return {
+        "step": step, "loss": all_mean(loss), "lr": lr,
+        "train_accuracy": all_mean(pairwise_accuracy(chosen, rejected)),
+        "margin": all_mean((chosen - rejected).mean().item()),
+        "pairs_per_s": all_mean(pairs / seconds) * dist.world_size,
+        "trained_tokens": int(all_mean(float(tokens)) * dist.world_size),
+        "peak_memory_mb": all_mean(peak_memory_mb()),
+    }
 
 
 def pairs_step(engine, pairs: list[PairSample], pad_id: int, micro: int, finite: FiniteSteps, step: int):

@@ -8,8 +8,6 @@ Re-running the same config resumes from the last committed step; a finished run 
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from model.dsa import install_dsa_indexers
@@ -18,7 +16,9 @@ from stages.common.batches import GlobalBatches, TokenizedSample
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.distributed import Dist, all_mean
 from stages.common.finite import FiniteSteps
-from stages.common.inputs import StageInputs, load_split, stage_main
+from stages.common.inputs import StageInputs, load_split
+from stages.common.stage_main import stage_main
+from stages.common.timing import timed
 from stages.common.training_engine import StepShape, adapt_model, deepspeed_engine, peak_memory_mb, step_shape
 from stages.sft.config import DsaSchedule, SftConfig
 from stages.sft.data import render_rows
@@ -57,9 +57,10 @@ def train(config: SftConfig, stage: StageInputs) -> str:
             phase = step_phase
             enter_phase(engine.module, phase)
         step_samples = batches.for_step(step, dist.rank, dist.world_size)
-        started = time.monotonic()
-        losses = train_step(engine, step_samples, pad_id, shape.micro, phase, schedule.indexer_loss_weight, finite, step + 1)
-        record = step_metrics(step + 1, phase, losses, engine, step_samples, time.monotonic() - started, dist)
+        with timed() as training:
+            losses = train_step(engine, step_samples, pad_id, shape.micro, phase, schedule.indexer_loss_weight, finite,
+                                step + 1)
+        record = step_metrics(step + 1, phase, losses, engine, step_samples, training.seconds, dist)
         if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
             record["heldout_loss"] = heldout_loss(engine.module, heldout_samples, pad_id,
                                                   config.heldout.batch_size or shape.micro, engine.device)

@@ -4,6 +4,10 @@ An episode is posed by a task row (the prompt messages, the reference answer and
 the search graph's seed). Each model turn is parsed as the chat format defines it; a well-formed turn
 with tool calls gets the tools' results and the episode goes on, any other turn ends it. The episode
 succeeds when its last turn is a well-formed reply stating the reference answer.
+
+`take_turn` is the one place an episode is played: the task services run it for agentic RL, distillation
+and the agentic evaluation, and SFT's search evaluation runs it in-process
+(stages/evaluation/search_episodes.py), so every stage measures an episode's success the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from functools import lru_cache
 from typing import Protocol
 
 from model.tool_calls import ToolCall
-from model.turns import score_turn
+from model.turns import TurnScore, score_turn
 from rollout.agents.envs.sandbox import SandboxLimits, calculate
 from suites.answers import stated_answer, stated_integer
 from suites.calc import TOOLS as CALC_TOOLS
@@ -37,6 +41,7 @@ class Episode:
 
 @dataclass(frozen=True)
 class StepResult:
+    turn: TurnScore  # the model's turn as parsed and scored (format validity, thinking compliance)
     tool_results: list[str] = field(default_factory=list)
     done: bool = False
 
@@ -62,13 +67,13 @@ def take_turn(task: AgentTask, episode: Episode, text: str) -> StepResult:
     if not turn.format_valid or not turn.parsed.tool_calls:
         episode.finished = True
         episode.final_reply = turn.parsed.reply if turn.format_valid else None
-        return StepResult(done=True)
+        return StepResult(turn, done=True)
     calls = turn.parsed.tool_calls
     episode.tool_calls += len(calls)
     # Each call may be a child process (the calculator): a turn asking for many is answered for the first few.
     refused = f"Error: at most {MAX_TOOL_CALLS_PER_TURN} tool calls per turn; this one was not run."
-    return StepResult([task.execute(call, episode) if index < MAX_TOOL_CALLS_PER_TURN else refused
-                       for index, call in enumerate(calls)])
+    return StepResult(turn, [task.execute(call, episode) if index < MAX_TOOL_CALLS_PER_TURN else refused
+                             for index, call in enumerate(calls)])
 
 
 @lru_cache(maxsize=8)

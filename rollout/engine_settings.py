@@ -1,0 +1,45 @@
+"""Where a stage's rollout engines come from: the nested `engines` setting of every stage that samples,
+apart from the code that starts them (rollout/engines.py) so that reading a config imports no torch."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from model.precision import Precision
+
+WeightSync = Literal["distributed", "disk"]
+
+
+class EngineSettings(BaseModel):
+    """The stage's rollout engines: started here (replicas, precision, threads) or running ones (engine_urls,
+    router_url), and how the trainer's weights reach them (weight_sync)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    backend: Literal["builtin"] = Field(
+        "builtin", description="what serves the engines started here: builtin (our engine, SGLang's /generate contract)")
+    replicas: int = Field(1, ge=1, description="engines started here (per trainer rank) when engine_urls and router_url "
+                                               "are empty; more than one go behind SGLang's router")
+    engine_urls: list[str] = Field(default_factory=list, description=(
+        "running engines (ours or SGLang) instead of starting any; more than one go behind a router started here"))
+    router_url: str | None = Field(None, description="SGLang's router in front of running engines (at scale)")
+    weight_sync: WeightSync = Field("distributed", description=(
+        "how a trainer's weights reach its engines after each step: distributed (SGLang's "
+        "update_weights_from_distributed: a gloo/NCCL broadcast, nothing written) or disk (a Hugging Face directory "
+        "each engine loads: for engines that cannot join a group)"))
+    precision: Precision | None = Field(None, description="the dtype engines started here serve; default: the "
+                                                          "trainer's compute precision (auto where nothing trains)")
+    threads: int | None = Field(None, ge=1, description="CPU threads per engine started here; default: the cores "
+                                                        "shared out among the processes computing at once")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.router_url and self.engine_urls:
+            raise ValueError("engines: give router_url or engine_urls, not both")
+        return self
+
+    @property
+    def running(self) -> bool:
+        """Engines someone else started (and the trainer's ranks share), not ones this stage starts."""
+        return bool(self.router_url or self.engine_urls)

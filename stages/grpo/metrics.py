@@ -1,0 +1,51 @@
+"""A GRPO step's record: loss, rewards, the groups kept and dropped, the trained samples, where the time
+went; averaged over ranks (counts summed)."""
+
+from __future__ import annotations
+
+import torch
+
+from rollout.client import Sample
+from rollout.engines import EngineFleet
+from stages.common.distributed import Dist, all_mean
+from stages.common.icepop_loss import zero_signal_groups
+from stages.common.policy_step import PolicyStep
+from stages.common.rl_batches import TrainBatch
+from stages.common.training_engine import peak_memory_mb
+from stages.grpo.rewards import GroupRewards
+
+
+def step_metrics(step: int, trained: PolicyStep, lr: float, scored: GroupRewards, kept: list[bool],
+                 samples: list[Sample], anchors: torch.Tensor, batch: TrainBatch, fleet: EngineFleet,
+                 dist: Dist, *, generate_s: float, reward_s: float, train_s: float, push_s: float) -> dict:
+    """`scored` covers every sampled group, `kept` the trained ones (`samples`, G per group, anchors marked)."""
+    return {
+        "step": step, "loss": all_mean(trained.loss), "lr": lr,
+        **{name: all_mean(value) for name, value in scored.means.items()},
+        "reward_mean": all_mean(float(scored.total.mean())),  # over every sampled group, trained or not
+        **{name: all_mean(value) for name, value in trained.stats.items()},
+        "zero_signal_group_fraction": all_mean(zero_signal_groups(scored.total) / len(scored.total)),
+        "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
+        **sample_metrics(samples, anchors, batch, generate_s, train_s, dist),
+        **({"replicas": fleet.client.replica_requests()} if fleet.routed else {}),
+        # Where the step's time went (bench/grpo_step.py reads them), averaged over ranks.
+        **{f"{part}_s": all_mean(value) for part, value in (("generate", generate_s), ("reward", reward_s),
+                                                           ("train", train_s), ("push", push_s))},
+    }
+
+
+def sample_metrics(samples: list[Sample], anchors: torch.Tensor, batch: TrainBatch, rollout_s: float, train_s: float,
+                   dist: Dist) -> dict:
+    """Lengths, truncation and throughput of the trained samples (anchor members counted apart)."""
+    policy = [s for s, anchor in zip(samples, anchors.tolist(), strict=True) if not anchor]
+    lengths = [len(s.output_ids) for s in policy]
+    return {
+        "response_length": all_mean(sum(lengths) / len(lengths)),
+        "trained_tokens": int(all_mean(batch.response_tokens) * dist.world_size),
+        "truncated_fraction": all_mean(sum(s.finish_reason == "length" for s in policy) / len(policy)),
+        "anchor_members": int(all_mean(float(anchors.sum())) * dist.world_size),
+        "rollout_tokens_per_s": all_mean(sum(lengths) / rollout_s) * dist.world_size,
+        "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size,
+        # One version unless replicas served different weights (then each, comma-separated).
+        "weight_version": ",".join(sorted({s.weight_version for s in samples})), "peak_memory_mb": all_mean(peak_memory_mb()),
+    }
