@@ -1,5 +1,7 @@
 """Evaluating a committed checkpoint: the eval@1 artifact and what it counts."""
 
+from dataclasses import asdict
+
 from data_contracts import EVAL_V1, read_parquet
 from infra.store import open_store
 from stages.evaluation.committed import evaluate_checkpoint
@@ -13,8 +15,8 @@ def test_search_episodes_are_capped_apart_from_the_other_suites(small_store, tmp
     results = evaluate_checkpoint(store, small_store["init"], datasets, settings, ("sparse", "dense"))
     assert set(results) == {"sparse", "dense"}
 
-    [name] = [n for n in store.list_committed("evals/")
-              if store.open(n).lineage()["config"].get("settings", {}).get("search_episodes") == 2]
+    # This checkpoint's evaluation with exactly these settings (other tests evaluate it on this store too).
+    [name] = [n for n in store.list_committed("evals/") if store.open(n).lineage()["config"].get("settings") == asdict(settings)]
     rows = read_parquet(EVAL_V1, store.open(name).download(tmp_path / "eval") / "metrics.parquet").to_pylist()
     counts = {(row["suite"], row["metric"]): row["n"] for row in rows}
     assert counts[("arith", "accuracy@sparse")] == 4
