@@ -67,7 +67,8 @@ class JobProgress:
                     self.stage, event["step"], event["total"], self.started, time.monotonic()))
             if first or event["step"] % 10 == 0 or "heldout_loss" in event:
                 self.logger.info(
-                    f"{self.stage} step {event['step']}/{event['total']} loss {event['loss']:.4f}"
+                    f"{self.stage} step {event['step']}/{event['total']} "
+                    + (f"loss {event['loss']:.4f}" if "loss" in event else "no update (no group with signal)")
                     + (f" ({event['phase']})" if "phase" in event else "")
                     + (f" reward {event['reward_mean']:.3f}" if "reward_mean" in event else "")
                     + (f" held-out {event['heldout_loss']:.4f}" if "heldout_loss" in event else "")

@@ -54,6 +54,18 @@ def _metrics_table(before: dict[str, float], after: dict[str, float], extra: dic
     return lines
 
 
+def _signal_line(history: list[dict]) -> list[str]:
+    """An RL stage's dynamic sampling over the run: the groups it drew, how many carried a reward spread, how
+    many it trained on, and the steps that found none to train on."""
+    drawn = [record for record in history if "groups_drawn" in record]
+    if not drawn:
+        return []
+    total = {key: sum(record[key] for record in drawn) for key in ("groups_drawn", "groups_with_signal", "groups_trained")}
+    idle = sum(record.get("updated") == 0 for record in drawn)
+    return [f"- groups with signal: {total['groups_with_signal']:,} of {total['groups_drawn']:,} drawn; trained on "
+            f"{total['groups_trained']:,}" + (f"; {idle} step(s) without a group to train on" if idle else ""), ""]
+
+
 def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
                  extra_columns: dict[str, dict[str, dict[str, float]]]) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -71,6 +83,7 @@ def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
                     f"({100 * record['record_s'] / stage['train_s']:.1f}%)" if record["record_s"] is not None
                     and stage["train_s"] else "")
             lines += [f"- rollouts on record: {record['samples']:,} samples, {record['bytes']:,} bytes{cost}", ""]
+        lines += _signal_line(histories.get(name, []))
         if "retention" in stage:  # distillation: the share of each teacher's headline score the student keeps
             lines += ["- kept of each teacher's score: " + ", ".join(
                 f"{teacher} {kept:.3f}" for teacher, kept in stage["retention"].items()), ""]

@@ -18,7 +18,10 @@ def agentic_config(store, run_id, **overrides):
     fields = dict(run_id=run_id, store=store["root"], init_checkpoint=store["init"], datasets=store["datasets"],
                   group_size=2, groups_per_step=2, max_steps=3, sampling={"max_new_tokens": 16},
                   episode={"max_turns": 2, "max_context": 512, "discard_above": 480}, engines={"replicas": 2},
-                  optimizer={"lr": 1e-3, "warmup_steps": 1}, max_in_flight_groups=4)
+                  optimizer={"lr": 1e-3, "warmup_steps": 1}, max_in_flight_groups=4,
+                  # The untrained model's groups all fail alike: these tests train on them to check the machinery
+                  # (tests/test_dynamic_sampling.py checks that a zero-spread group is otherwise never trained).
+                  dynamic_sampling={"enabled": False})
     fields.update(overrides)
     return AgenticRlConfig(**fields)
 

@@ -85,6 +85,7 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
     for name in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl", "distill"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
     assert "kept of each teacher's score: sft " in report and ", reasoning_rl " in report
+    assert report.count("- groups with signal: ") == 3  # reasoning, agentic and general RL's dynamic sampling
     # The report is committed into the run's own store too, each stage's checkpoint a parent; the
     # pipeline's run page carries one summary table of every stage's metrics and checkpoint.
     committed = open_store(params.store).open(f"reports/{summary['run_id']}")

@@ -165,19 +165,44 @@ def _cause(failure: str | None) -> str:
     return "answered " + text.rsplit(" answered ", 1)[1] if " answered " in text else text
 
 
-def next_batch(producer: RolloutProducer, config: AgenticRlConfig, version: int):
-    """`groups_per_step` usable groups, taken as they finish; also the environment failures by cause,
-    the stale samples dropped and the groups dropped on the way."""
-    groups, failures, stale, dropped = [], Counter(), 0, 0
-    while len(groups) < config.groups_per_step:
+@dataclass
+class StepBatch:
+    groups: list  # the groups to train on, each G results
+    failures: Counter  # environment failures by cause
+    stale: int  # samples dropped as too old
+    dropped: int  # groups dropped: G/2 or fewer usable samples left
+    no_signal: int  # usable groups whose rewards were all equal (dynamic sampling)
+    taken: int  # groups taken from the producer for this step
+
+    def counts(self) -> dict[str, int]:
+        signal = sum(len({r.reward for r in results}) > 1 for results in self.groups)
+        return {"groups_drawn": self.taken, "groups_with_signal": signal, "groups_trained": len(self.groups),
+                "groups_no_signal": self.no_signal}
+
+
+def next_batch(producer: RolloutProducer, config: AgenticRlConfig, version: int) -> StepBatch:
+    """`groups_per_step` usable groups, taken as they finish. With dynamic sampling, a group whose rewards
+    are all equal is not trained on and another is taken, up to `max_draws` times `groups_per_step` groups
+    in all; then the step trains on what it has (none: no update). Generation never waits on it: in async
+    mode every group taken is replaced at once, in sync mode every group not trained on."""
+    sampling = config.dynamic_sampling
+    cap = config.groups_per_step * sampling.max_draws if sampling.enabled else None
+    batch = StepBatch([], Counter(), 0, 0, 0, 0)
+    while len(batch.groups) < config.groups_per_step and batch.taken != cap:
         group = producer.next_group()
-        if config.mode == "async":  # keep the same number of groups generating
-            producer.grant(1)
+        batch.taken += 1
         verdict = usable_group(group, config.group_size, version, config.staleness_tau)
-        failures.update(verdict.env_failures)
-        stale += verdict.stale
+        batch.failures.update(verdict.env_failures)
+        batch.stale += verdict.stale
+        trains = False
         if verdict.results is None:
-            dropped += 1
+            batch.dropped += 1
+        elif sampling.enabled and len({r.reward for r in verdict.results}) == 1:
+            batch.no_signal += 1
         else:
-            groups.append(verdict.results)
-    return groups, failures, stale, dropped
+            batch.groups.append(verdict.results)
+            trains = True
+        still_short = len(batch.groups) < config.groups_per_step and batch.taken != cap
+        if config.mode == "async" or (not trains and still_short):
+            producer.grant(1)  # async: keep as many generating; sync: one more for one not trained on
+    return batch

@@ -68,8 +68,15 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
         push = weight_pusher(stack, config.engines.weight_sync, engine, producer.update_weights, workdir, dist)
         run, trained_samples = stack.enter_context(timed()), 0
         for step in range(start_step, config.max_steps):
-            groups, failures, stale, dropped = next_batch(producer, config, version)
-            health = rollout_health(groups, version, stale, dropped, failures)  # before this step's push
+            drawn = next_batch(producer, config, version)
+            groups = drawn.groups
+            health = rollout_health(groups, version, drawn.stale, drawn.dropped, drawn.failures)  # before the push
+            if not groups:  # no group with signal within the cap: no update, nothing to push
+                if config.mode == "sync":
+                    producer.grant(config.groups_per_step)
+                checkpointer.end_of_step({"step": step + 1, "lr": engine.get_lr()[0], **drawn.counts(), **health,
+                                          "updated": 0, "weight_version": version})
+                continue
             with timed() as training:
                 rewards = torch.tensor([[r.reward for r in results] for results in groups], dtype=torch.float32)
                 rollout_advantages = centred_advantages(rewards).flatten()
@@ -92,7 +99,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
             if config.mode == "sync":
                 producer.grant(config.groups_per_step)
             checkpointer.end_of_step(
-                step_metrics(step + 1, trained, engine.get_lr()[0], rewards, groups, health, version, batch,
+                step_metrics(step + 1, trained, engine.get_lr()[0], rewards, drawn, health, version, batch,
                              producer.replica_stats(), train_s=training.seconds, push_s=push_s,
                              samples_per_s=trained_samples / run.seconds),
                 samples=samples)

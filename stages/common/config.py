@@ -146,6 +146,17 @@ class SamplingSettings(BaseModel):
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens)
 
 
+class DynamicSamplingSettings(BaseModel):
+    """DAPO's dynamic sampling: a group whose rewards are all equal has advantage 0 for every sample, so it
+    trains nothing and only dilutes the step; such groups are not trained on."""
+
+    model_config = STRICT
+    enabled: bool = Field(True, description="train only on groups whose rewards differ, drawing more prompts "
+                                            "until the step's groups are full; off: train on the groups as drawn")
+    max_draws: int = Field(4, ge=1, description="draws of prompts per step at most; then the step trains on the "
+                                                "groups with signal it has (its record says how many)")
+
+
 class RolloutRecordSettings(BaseModel):
     """The trained samples on record (rollout@1 Parquet, one shard per step, committed as the stage runs,
     listed in the checkpoint's lineage), and a few of them shown while it trains."""

@@ -58,6 +58,17 @@ def all_mean(value: float) -> float:
     return tensor.item() / dist.get_world_size()
 
 
+def all_max(value: float) -> float:
+    """The largest value of a scalar over ranks (what every rank must wait for, or make room for)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.item()
+
+
 def deepspeed_config(global_batch: int, world_size: int, zero_stage: int, grad_clip: float) -> dict:
     if global_batch % world_size:
         raise ValueError(f"global_batch_size {global_batch} is not divisible by the world size {world_size}")

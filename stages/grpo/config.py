@@ -12,6 +12,7 @@ from rewards.loading import RewardModuleError, resolve_reward_target
 from rollout.engine_settings import EngineSettings
 from stages.common.config import (
     ComputeSettings,
+    DynamicSamplingSettings,
     OptimizerSettings,
     RolloutRecordSettings,
     SamplingSettings,
@@ -57,7 +58,8 @@ class GrpoRecipe(BaseModel):
     model_config = STRICT
     prompts_per_step: int = Field(8, ge=1)
     group_size: int = Field(8, ge=2, description="G: responses per prompt")
-    oversample: int = Field(1, ge=1, description="draw this many times the prompts, train on the groups with signal")
+    oversample: int = Field(1, ge=1, description="each draw takes this many times the prompts still missing")
+    dynamic_sampling: DynamicSamplingSettings = DynamicSamplingSettings()
     max_steps: int = Field(40, ge=1)
     optimizer: OptimizerSettings = OptimizerSettings(lr=5e-5, warmup_steps=5)
     compute: ComputeSettings = ComputeSettings()

@@ -31,9 +31,10 @@ from stages.common.timing import timed
 from stages.common.training_engine import step_shape
 from stages.grpo.anchors import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
 from stages.grpo.config import AnchorSettings, GeneralRlConfig, GrpoRecipe, ReasoningRlConfig
-from stages.grpo.metrics import step_metrics
+from stages.grpo.draws import draw_groups
+from stages.grpo.metrics import skipped_step_metrics, step_metrics
 from stages.grpo.record import grpo_rows
-from stages.grpo.rewards import WeightedReward, group_rewards, informative_groups
+from stages.grpo.rewards import GroupRewards, WeightedReward, group_rewards
 
 
 def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, prompts: Sequence[RlPrompt], tokenizer,
@@ -58,21 +59,16 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
         policy = policy_engine(stack, config, engine, workdir, dist, start_step)
         for step in range(start_step, config.max_steps):
             rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
-            drawn = share * config.oversample  # this rank's prompts; `share` of them are trained on
-            step_prompts = rank_share(rng.sample(prompts, drawn * dist.world_size), dist.rank, drawn)
-
-            with timed() as generation:
-                # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
-                sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
-                samples = policy.fleet.client.generate(policy_requests(step_prompts, config.group_size, anchors_on), sampling)
-                if anchors_on:
-                    samples = with_anchor_members(step_prompts, samples, config.group_size, tokenizer)
-            with timed() as scoring:
-                scored = group_rewards(step_prompts, samples, config.group_size, rewards, tokenizer,
-                                       config.reward_timeout_s)
-            chosen = informative_groups(scored.total, scored.kept, share)
+            sampler = GroupSampler(config, policy, rewards, tokenizer, prompts, rng, dist, anchors_on)
+            groups = draw_groups(sampler.draw, sampler.sample_and_score, share, config.oversample,
+                                 config.dynamic_sampling)
+            if not groups.chosen:  # some rank drew no group with signal in `max_draws` draws: no update
+                checkpointer.end_of_step(skipped_step_metrics(step + 1, engine.get_lr()[0], groups, dist,
+                                                              generate_s=sampler.generate_s, reward_s=sampler.reward_s))
+                continue
+            chosen, step_prompts, scored = groups.chosen, groups.prompts, groups.scored
             members = [g * config.group_size + i for g in chosen for i in range(config.group_size)]
-            samples, scores = [samples[m] for m in members], [scored.scores[m] for m in members]
+            samples, scores = [groups.samples[m] for m in members], [scored.scores[m] for m in members]
             rewards_by_group, kept = scored.total[chosen], [scored.kept[g] for g in chosen]
 
             with timed() as training:
@@ -90,12 +86,42 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 policy.push(step + 1)
 
             checkpointer.end_of_step(
-                step_metrics(step + 1, trained, engine.get_lr()[0], scored, kept, samples, is_anchor_member, batch,
-                             policy.fleet, dist, generate_s=generation.seconds, reward_s=scoring.seconds,
+                step_metrics(step + 1, trained, engine.get_lr()[0], groups, kept, samples, is_anchor_member, batch,
+                             policy.fleet, dist, generate_s=sampler.generate_s, reward_s=sampler.reward_s,
                              train_s=training.seconds, push_s=pushing.seconds),
                 samples=grpo_rows(config.stage_name, step + 1, dist.rank, [step_prompts[g] for g in chosen], samples,
                                   scores, rewards_by_group, advantages, is_anchor_member, trained.logp_old, in_band))
     return checkpointer.finish()
+
+
+class GroupSampler:
+    """A step's draws of prompts (the same on every rank, each rank taking its share) and their groups,
+    sampled on the policy's engines and scored, with the time each part took over the step's draws."""
+
+    def __init__(self, config, policy, rewards, tokenizer, prompts, rng: random.Random, dist, anchors_on: bool):
+        self.config, self.policy, self.rewards, self.tokenizer = config, policy, rewards, tokenizer
+        self.prompts, self.rng, self.dist, self.anchors_on = prompts, rng, dist, anchors_on
+        self.generate_s = self.reward_s = 0.0
+
+    def draw(self, count: int) -> list[RlPrompt]:
+        return rank_share(self.rng.sample(self.prompts, count * self.dist.world_size), self.dist.rank, count)
+
+    def sample_and_score(self, drawn: list[RlPrompt]) -> tuple[list, GroupRewards]:
+        config = self.config
+        with timed() as generation:
+            # Seeded by step and rank, not by what the engine served before: a resumed run samples alike.
+            sampling = config.sampling.params().model_copy(
+                update={"sampling_seed": self.rng.randrange(2**31) + self.dist.rank})
+            samples = self.policy.fleet.client.generate(policy_requests(drawn, config.group_size, self.anchors_on),
+                                                        sampling)
+            if self.anchors_on:
+                samples = with_anchor_members(drawn, samples, config.group_size, self.tokenizer)
+        with timed() as scoring:
+            scored = group_rewards(drawn, samples, config.group_size, self.rewards, self.tokenizer,
+                                   config.reward_timeout_s)
+        self.generate_s += generation.seconds
+        self.reward_s += scoring.seconds
+        return samples, scored
 
 
 def grpo_loss_of(advantages: torch.Tensor, is_anchor_member: torch.Tensor, objective: IcePopSettings,

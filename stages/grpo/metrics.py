@@ -12,25 +12,45 @@ from stages.common.icepop_loss import zero_signal_groups
 from stages.common.policy_step import PolicyStep
 from stages.common.rl_batches import TrainBatch
 from stages.common.training_engine import peak_memory_mb
-from stages.grpo.rewards import GroupRewards
+from stages.grpo.draws import StepGroups
 
 
-def step_metrics(step: int, trained: PolicyStep, lr: float, scored: GroupRewards, kept: list[bool],
+def step_metrics(step: int, trained: PolicyStep, lr: float, groups: StepGroups, kept: list[bool],
                  samples: list[Sample], anchors: torch.Tensor, batch: TrainBatch, fleet: EngineFleet,
                  dist: Dist, *, generate_s: float, reward_s: float, train_s: float, push_s: float) -> dict:
-    """`scored` covers every sampled group, `kept` the trained ones (`samples`, G per group, anchors marked)."""
+    """`groups` covers every drawn group, `kept` the trained ones (`samples`, G per group, anchors marked)."""
     return {
         "step": step, "loss": all_mean(trained.loss), "lr": lr,
-        **{name: all_mean(value) for name, value in scored.means.items()},
-        "reward_mean": all_mean(float(scored.total.mean())),  # over every sampled group, trained or not
+        **drawn_metrics(groups, dist),
         **{name: all_mean(value) for name, value in trained.stats.items()},
-        "zero_signal_group_fraction": all_mean(zero_signal_groups(scored.total) / len(scored.total)),
         "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
         **sample_metrics(samples, anchors, batch, generate_s, train_s, dist),
         **({"replicas": fleet.client.replica_requests()} if fleet.routed else {}),
         # Where the step's time went (bench/grpo_step.py reads them), averaged over ranks.
         **{f"{part}_s": all_mean(value) for part, value in (("generate", generate_s), ("reward", reward_s),
                                                            ("train", train_s), ("push", push_s))},
+    }
+
+
+def skipped_step_metrics(step: int, lr: float, groups: StepGroups, dist: Dist, *, generate_s: float,
+                         reward_s: float) -> dict:
+    """A step that made no update: what it drew, and that nothing was trained."""
+    return {"step": step, "lr": lr, **drawn_metrics(groups, dist), "updated": 0,
+            **{f"{part}_s": all_mean(value) for part, value in (("generate", generate_s), ("reward", reward_s))}}
+
+
+def drawn_metrics(groups: StepGroups, dist: Dist) -> dict:
+    """Rewards over every drawn group, trained or not; the groups drawn, with signal and trained (summed over
+    ranks), the draws made and the samples generated per trained sample."""
+    scored = groups.scored
+    counts = {name: round(all_mean(value) * dist.world_size) for name, value in groups.counts().items()}
+    return {
+        **{name: all_mean(value) for name, value in scored.means.items()},
+        "reward_mean": all_mean(float(scored.total.mean())),
+        "zero_signal_group_fraction": all_mean(zero_signal_groups(scored.total) / len(scored.total)),
+        **counts, "draws": groups.draws,
+        **({"samples_per_trained_sample": counts["groups_drawn"] / counts["groups_trained"]}
+           if counts["groups_trained"] else {}),
     }
 
 
