@@ -86,7 +86,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 policy.push(step + 1)
 
             checkpointer.end_of_step(
-                step_metrics(step + 1, trained, engine.get_lr()[0], groups, kept, samples, is_anchor_member, batch,
+                step_metrics(step + 1, trained, engine.get_lr()[0], groups, samples, is_anchor_member, batch,
                              policy.fleet, dist, generate_s=sampler.generate_s, reward_s=sampler.reward_s,
                              train_s=training.seconds, push_s=pushing.seconds),
                 samples=grpo_rows(config.stage_name, step + 1, dist.rank, [step_prompts[g] for g in chosen], samples,

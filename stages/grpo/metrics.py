@@ -15,15 +15,14 @@ from stages.common.training_engine import peak_memory_mb
 from stages.grpo.draws import StepGroups
 
 
-def step_metrics(step: int, trained: PolicyStep, lr: float, groups: StepGroups, kept: list[bool],
-                 samples: list[Sample], anchors: torch.Tensor, batch: TrainBatch, fleet: EngineFleet,
-                 dist: Dist, *, generate_s: float, reward_s: float, train_s: float, push_s: float) -> dict:
-    """`groups` covers every drawn group, `kept` the trained ones (`samples`, G per group, anchors marked)."""
+def step_metrics(step: int, trained: PolicyStep, lr: float, groups: StepGroups, samples: list[Sample],
+                 anchors: torch.Tensor, batch: TrainBatch, fleet: EngineFleet, dist: Dist, *, generate_s: float,
+                 reward_s: float, train_s: float, push_s: float) -> dict:
+    """`groups` covers every drawn group, `samples` the trained ones (G per group, anchors marked)."""
     return {
         "step": step, "loss": all_mean(trained.loss), "lr": lr,
         **drawn_metrics(groups, dist),
         **{name: all_mean(value) for name, value in trained.stats.items()},
-        "dropped_groups": all_mean(kept.count(False)) * dist.world_size,
         **sample_metrics(samples, anchors, batch, generate_s, train_s, dist),
         **({"replicas": fleet.client.replica_requests()} if fleet.routed else {}),
         # Where the step's time went (bench/grpo_step.py reads them), averaged over ranks.
@@ -40,15 +39,17 @@ def skipped_step_metrics(step: int, lr: float, groups: StepGroups, dist: Dist, *
 
 
 def drawn_metrics(groups: StepGroups, dist: Dist) -> dict:
-    """Rewards over every drawn group, trained or not; the groups drawn, with signal and trained (summed over
-    ranks), the draws made and the samples generated per trained sample."""
+    """Rewards over every drawn group, trained or not; the groups drawn, with signal, trained and dropped for
+    a sample no module could score (summed over ranks), the draws made and the samples generated per
+    trained sample."""
     scored = groups.scored
     counts = {name: round(all_mean(value) * dist.world_size) for name, value in groups.counts().items()}
     return {
         **{name: all_mean(value) for name, value in scored.means.items()},
         "reward_mean": all_mean(float(scored.total.mean())),
         "zero_signal_group_fraction": all_mean(zero_signal_groups(scored.total) / len(scored.total)),
-        **counts, "draws": groups.draws,
+        **counts, "dropped_groups": round(all_mean(scored.kept.count(False)) * dist.world_size),
+        "draws": groups.draws,
         **({"samples_per_trained_sample": counts["groups_drawn"] / counts["groups_trained"]}
            if counts["groups_trained"] else {}),
     }
