@@ -30,7 +30,7 @@ from flows.results import StageResult
 from flows.spec import PipelineSpec
 from flows.stage_ancestry import stage_outputs
 from flows.stage_inputs import PipelineRun, flow_inputs, stage_evals
-from flows.stage_table import STEPS, Stage
+from flows.stage_table import STEPS, Stage, previous_step
 from infra.references import resolve_checkpoint
 from infra.store import open_store
 from model.checks import DSA_ARCHITECTURE
@@ -70,7 +70,7 @@ def starting_outputs(params: PipelineParams, spec: PipelineSpec, prepared: dict)
     store = open_store(spec.store)
     uri = resolve_checkpoint(store, params.init, "init")
     outputs |= stage_outputs(store, uri)
-    outputs[("init", *STEPS)[STEPS.index(params.from_stage)]] = uri
+    outputs[previous_step(params.from_stage)] = uri
     return outputs
 
 

@@ -93,3 +93,8 @@ BY_NAME = {stage.name: stage for stage in STAGES}
 STEPS = tuple(stage.name for stage in STAGES if stage.serves is None)
 # The stages whose final checkpoints can teach in distillation, in pipeline order.
 TEACHERS = tuple(stage.name for stage in STAGES if stage.teaches)
+
+
+def previous_step(name: str) -> str:
+    """The step whose checkpoint the step `name` starts from ("init": the initial model)."""
+    return ("init", *STEPS)[STEPS.index(name)]

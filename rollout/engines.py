@@ -56,7 +56,8 @@ def launch_engines(stack: ExitStack, settings: EngineSettings, checkpoint: str, 
             urls = list(settings.engine_urls) or [engine.wait_ready().base_url for engine in engines]
             if len(urls) == 1:
                 url, routed = urls[0], False
-                EngineClient(url).wait_until_healthy(30)
+                if settings.engine_urls:  # one we started answered already
+                    EngineClient(url).wait_until_healthy(30)
             else:
                 url, routed = stack.enter_context(RouterProcess(urls, log_dir / "router.log")), True
         client = FleetClient(url, routed=routed)

@@ -28,5 +28,6 @@ def test_run_id_follows_config_inputs_and_code_but_not_the_store():
     other_init = dict(PREPARED, init_checkpoint="file:///s/checkpoints/init/glm5-tiny-2")
     assert sft_config(spec, other_init).run_id != base
     assert sft_config(spec, PREPARED, trainer_code=source_digest(*TRAINER_CODE)).run_id == base
-    assert "suites" in TRAINER_CODE  # tool results and answer checks decide RL results too
+    # Tool results and answer checks decide RL results too: the suites' code is part of the digest.
+    assert source_digest(*TRAINER_CODE) != source_digest(*(part for part in TRAINER_CODE if part != "suites"))
     assert sft_config(spec, PREPARED, trainer_code="an edited trainer").run_id != base
