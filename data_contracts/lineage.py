@@ -29,9 +29,10 @@ class _Record(BaseModel):
 
 
 class ParentRef(_Record):
-    """Another committed artifact this one was derived from."""
+    """Another committed artifact this one was derived from. `source`: the dataset a filtered dataset's rows
+    were chosen from; `evaluated`: the checkpoint an evaluation (or the difficulty filter's pass rates) measured."""
 
-    role: Literal["init", "teacher", "reward_model", "tokenizer", "resume", "evaluated"]
+    role: Literal["init", "teacher", "reward_model", "tokenizer", "resume", "evaluated", "source"]
     uri: str
     digest: str
 

@@ -95,7 +95,12 @@ def import_dataset(store: ArtifactStore, path: Path, kind: str, *, name: str | N
 
 
 def dataset_label(path: Path, name: str | None) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+@-]", "-", name or (path.stem if path.is_file() else path.name))
+    return safe_label(name or (path.stem if path.is_file() else path.name))
+
+
+def safe_label(text: str) -> str:
+    """`text` as a dataset's name in the store: what a store key and `NAME:latest` can carry."""
+    return re.sub(r"[^A-Za-z0-9._=+@-]", "-", text)
 
 
 def convert_records(path: Path, kind: str, label: str) -> tuple[list[dict], list[str], list[dict]]:

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
+from data_prep.difficulty_settings import DifficultyFilterSettings
 from flows.stage_table import BY_NAME, STAGES, TEACHERS, Stage
 from infra.launchers import LaunchSettings, LocalLaunch
 from stages.common.recipe import STRICT
@@ -87,9 +88,16 @@ TeacherName = Literal[TEACHERS]  # type: ignore[valid-type]
 def stage_section(stage: Stage) -> type[BaseModel]:
     """A stage's section of the spec: its own typed recipe, whose fields sit at the section's top level
     (stages.sft.max_steps), plus what the pipeline needs to run it: where it runs, the datasets it reads
-    (distillation reads its teachers': each teacher's share of a batch instead), and how it is evaluated
-    where it has an evaluation of its own."""
+    (distillation reads its teachers': each teacher's share of a batch instead), how they are filtered by
+    difficulty where its datasets are RL prompts with answers, and how it is evaluated where it has an evaluation
+    of its own."""
     fields: dict = {"launch": (LaunchSettings | None, stage_launch())}
+    if stage.filters_by_difficulty:
+        fields["difficulty_filter"] = (DifficultyFilterSettings | None, Field(None, description=(
+            "Off unless set: before the stage runs, keep of each of its datasets' train prompts those whose pass "
+            "rate under the checkpoint the stage starts from lies in `pass_rate` (GLM-5's difficulty filter); the "
+            "stage reads the filtered datasets, whose test splits are the sources' own. Answers are sampled as the "
+            "stage samples (its `sampling`, on its `engines`).")))
     if stage.learns_from_teachers:
         fields["shares"] = (dict[TeacherName, Annotated[int, Field(ge=0)]], Field(default_factory=dict, description=(
             "A teacher's share of each batch; the teachers are the spec's stages that teach with a share above 0 "
@@ -106,7 +114,8 @@ SECTIONS = {stage.name: stage_section(stage) for stage in STAGES}
 
 
 def recipe_fields(section: BaseModel) -> dict:
-    """The section's recipe as JSON, without what only the pipeline reads (launch, datasets, eval, shares):
+    """The section's recipe as JSON, without what only the pipeline reads (launch, datasets, difficulty_filter,
+    eval, shares):
     the fields a stage's config is made of, and its run id's digest."""
     recipe = type(section).__base__  # stage_section makes each section of its stage's recipe
     return section.model_dump(mode="json", include=set(recipe.model_fields))

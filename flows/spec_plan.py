@@ -82,6 +82,11 @@ def plan_spec(spec: PipelineSpec, base: Path) -> Plan:
             inputs = [reference if reference in spec.data.suites or reference in spec.data.imports
                       else checked(resolve_dataset, reference, f"stages.{stage.name}.datasets[{index}]")
                       for index, reference in enumerate(section.datasets)]
+        difficulty = getattr(section, "difficulty_filter", None)
+        if difficulty is not None:
+            inputs.append(f"each filtered by difficulty first: train prompts whose pass rate under {previous} lies in "
+                          f"{difficulty.band()} ({difficulty.samples} answers each, {difficulty.reward} >= "
+                          f"{difficulty.pass_threshold:g}); test splits unchanged")
         if stage.serves is None:
             stages.append(StagePlan(stage.name, runs=True, starts_from=previous, inputs=inputs))
             previous = f"the {stage.name} checkpoint"

@@ -1,9 +1,10 @@
 """What the pipeline calls each stage's flow with: its config and the rest of its arguments.
 
 A stage starts from the latest checkpoint of the stages before it and is evaluated with its section's
-settings. Four stages need more of the run, and say what below: SFT (the initial model evaluated as stage
-0's output), the ORM (its trunk is the SFT checkpoint), general RL (the ORM joins its rewards) and
-distillation (its teachers, and each teacher's evaluation).
+settings; where its section sets a `difficulty_filter`, it reads its datasets filtered by that checkpoint's
+pass rates (flows/difficulty_filter.py). Four stages need more of the run, and say what below: SFT (the
+initial model evaluated as stage 0's output), the ORM (its trunk is the SFT checkpoint), general RL (the ORM
+joins its rewards) and distillation (its teachers, and each teacher's evaluation).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from data_contracts.lineage import Lineage
+from flows.difficulty_filter import filtered_datasets
 from flows.sft import evaluate
 from flows.spec import PipelineSpec
 from flows.stage_configs import distill_config, general_rl_config, stage_config
@@ -45,7 +47,12 @@ FlowInputs = tuple[StageIO, dict[str, Any]]
 
 
 def flow_inputs(stage: Stage, run: PipelineRun) -> FlowInputs:
-    """The config `stage`'s flow runs and its other arguments, made from what the run has so far."""
+    """The config `stage`'s flow runs and its other arguments, made from what the run has so far. A stage whose
+    datasets are filtered by difficulty reads the filtered ones, and the run keeps them as the stage's datasets:
+    distillation's teacher of that stage teaches the prompts it trained on."""
+    if getattr(getattr(run.spec.stages, stage.name), "difficulty_filter", None) is not None:
+        datasets = run.prepared["stages"][stage.name]
+        run.prepared["stages"][stage.name] = filtered_datasets(run.spec, stage.name, datasets, run.latest(stage.name))
     return STAGES_THAT_NEED_MORE.get(stage.name, latest_checkpoint_inputs)(stage, run)
 
 

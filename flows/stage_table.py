@@ -46,6 +46,8 @@ class Stage:
                 teaches only where a spec gives it a share (SFT: GLM-5 distils from it, the tuned presets do not)
     serves      the stage it makes rewards for: it runs with that stage, just before it, and its checkpoint
                 is a reward model, not the policy the next stage starts from
+    filters_by_difficulty  its datasets are RL prompts with answers to verify: the section's `difficulty_filter`
+                can keep only those the checkpoint it starts from sometimes fails (flows/difficulty_filter.py)
     """
 
     recipe: type[BaseModel]
@@ -55,6 +57,7 @@ class Stage:
     teaches: bool = False
     share: int = 1
     serves: str | None = None
+    filters_by_difficulty: bool = False
 
     def __post_init__(self):
         if not issubclass(self.config, self.recipe):
@@ -82,7 +85,8 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage(SftRecipe, SftConfig, "flows.sft:sft", EvalSettings, teaches=True, share=0),
-    Stage(GrpoRecipe, ReasoningRlConfig, "flows.reasoning_rl:reasoning_rl", SampledEvalSettings, teaches=True),
+    Stage(GrpoRecipe, ReasoningRlConfig, "flows.reasoning_rl:reasoning_rl", SampledEvalSettings, teaches=True,
+          filters_by_difficulty=True),
     Stage(AgenticRecipe, AgenticRlConfig, "flows.agentic_rl:agentic_rl", AgenticEvalSettings, teaches=True),
     Stage(OrmRecipe, TrainOrmConfig, "flows.train_orm:train_orm", serves="general_rl"),
     Stage(GrpoRecipe, GeneralRlConfig, "flows.general_rl:general_rl", GeneralEvalSettings, teaches=True),

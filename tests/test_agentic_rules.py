@@ -92,7 +92,8 @@ def test_a_group_loses_its_environment_failures_and_stale_samples_then_is_refill
     from stages.agentic.rollouts import Group, usable_group
 
     crashed = _result("c", status="env_error", failure="http://127.0.0.1:1/step unreachable: ConnectError")
-    group = Group("g", "search", [_result("a"), _result("b", reward=0.0), _result("d", versions=(1, 3)), crashed])
+    group = Group("g", "search", [_result("a"), _result("b", reward=0.0), _result("d", versions=(1, 3)), crashed], "p",
+                  outside_band=False)
     verdict = usable_group(group, group_size=4, current_version=3, tau=1)
     # d is stale (3 − 1 > 1) and c crashed: 2 of 4 left, not more than G/2, so the group goes.
     assert verdict.results is None and verdict.stale == 1 and verdict.env_failures == {"unreachable": 1}

@@ -1,6 +1,7 @@
 """Dynamic sampling: a group whose rewards are all equal is never trained on, read back from the rollout
 record, in the synchronous GRPO loop (a step draws again for the groups it misses, at most `max_draws`
-times) and in asynchronous agentic RL (the trainer takes finished groups with signal, up to a cap)."""
+times) and in asynchronous agentic RL (the trainer takes finished groups with signal, up to a cap; there with
+online difficulty on, every group taken rating its prompt: tests/test_difficulty.py)."""
 
 import collections
 import random
@@ -102,10 +103,12 @@ def groups_on_record(committed) -> dict[str, list[float]]:
     return rewards
 
 
-def test_asynchronous_agentic_rl_trains_only_groups_with_signal(small_store, tmp_path, monkeypatch):
+def test_asynchronous_agentic_rl_trains_only_groups_with_signal_and_rates_every_group_taken(small_store, tmp_path,
+                                                                                          monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = agentic_config(small_store, "dynamic-agentic", tasks={"tests.test_dynamic_sampling:CoinTask": 1.0},
-                            engines={"replicas": 1}, max_steps=3, dynamic_sampling={"max_draws": 3})
+                            engines={"replicas": 1}, max_steps=3, dynamic_sampling={"max_draws": 3},
+                            difficulty={"enabled": True})
     events = run_agentic_job(config, tmp_path)
     steps = steps_of(events)
     assert [s["step"] for s in steps] == [1, 2, 3]
@@ -113,6 +116,11 @@ def test_asynchronous_agentic_rl_trains_only_groups_with_signal(small_store, tmp
         assert step["groups_drawn"] <= 3 * config.groups_per_step
         assert step["groups_trained"] == step["groups_with_signal"] <= config.groups_per_step
         assert step["groups_drawn"] == step["groups_trained"] + step["groups_no_signal"] + step["groups_dropped"]
+        assert step["drawn_outside_band"] <= step["groups_drawn"]
     assert sum(step["groups_no_signal"] for step in steps) > 0  # zero-spread groups came, and were passed over
+    # Every group taken rated its prompt, those passed over too: a coin's zero-spread group is outside the band.
+    tracked = [step["difficulty_tracked"] for step in steps]
+    assert tracked == sorted(tracked) and 0 < tracked[-1] <= sum(step["groups_drawn"] for step in steps)
+    assert steps[-1]["difficulty_outside_band"] > 0
     rewards = groups_on_record(open_store(small_store["root"]).open(config.output_name))
     assert rewards and all(len(set(group)) > 1 for group in rewards.values())

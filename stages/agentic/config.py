@@ -12,6 +12,7 @@ from stages.agentic.importance import ImportanceSettings
 from stages.common.agent_tasks import check_tasks
 from stages.common.config import (
     ComputeSettings,
+    DifficultySettings,
     DynamicSamplingSettings,
     OptimizerSettings,
     RolloutRecordSettings,
@@ -39,6 +40,7 @@ class AgenticRecipe(BaseModel):
     push_every: int = Field(1, ge=1, description="K: optimizer steps between weight pushes to the engines")
     reset_optimizer_on_push: bool = Field(True, description="zero AdamW's moments after each push (SPEC)")
     dynamic_sampling: DynamicSamplingSettings = DynamicSamplingSettings()
+    difficulty: DifficultySettings = DifficultySettings()
     staleness_tau: int = Field(2, ge=0, description="τ: drop samples whose oldest weights are more than τ versions old")
     mode: Literal["async", "sync"] = Field("async", description="sync waits for every rollout of a batch before training")
     max_in_flight_groups: int = Field(16, ge=1, description="how far generation runs ahead of training (async)")

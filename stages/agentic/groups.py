@@ -1,4 +1,5 @@
-"""Which finished rollouts agentic RL trains on: the staleness filter and the group-refill rule.
+"""Which finished rollouts agentic RL trains on: the staleness filter and the group-refill rule; and what a
+group tells of its prompt's difficulty.
 
 SPEC "Agentic RL": a sample records every weight version it was generated under (w_0 < … < w_k) and
 is dropped once the trainer's version has moved more than τ past w_0. A sample whose environment
@@ -29,3 +30,10 @@ def refill_group(valid: Sequence[Item], group_size: int) -> list[Item] | None:
     if 2 * len(valid) <= group_size:
         return None
     return [valid[i % len(valid)] for i in range(group_size)]
+
+
+def rollout_passes(results: Sequence, solved_at: float) -> tuple[int, int]:
+    """(passes, samples) of a group's rollouts, for its prompt's pass rate: those the environment scored (stale
+    ones included: the policy's attempts all the same), and those of them whose reward is at least `solved_at`."""
+    scored = [r.reward for r in results if r.status != "env_error" and r.reward is not None]
+    return sum(reward >= solved_at for reward in scored), len(scored)

@@ -13,14 +13,15 @@ from stages.common.rl_batches import TrainBatch
 from stages.common.training_engine import peak_memory_mb
 
 
-def step_metrics(step: int, trained: PolicyStep, lr: float, rewards: torch.Tensor, drawn: StepBatch, health: dict,
-                 version: int, batch: TrainBatch, replicas: dict, *, train_s: float, push_s: float,
+def step_metrics(step: int, trained: PolicyStep, lr: float, rewards: torch.Tensor, drawn: StepBatch, difficulty: dict,
+                 health: dict, version: int, batch: TrainBatch, replicas: dict, *, train_s: float, push_s: float,
                  samples_per_s: float) -> dict:
-    """`rewards` [groups, G] of the trained groups of `drawn`; `health` their `rollout_health` against the
-    weights they were sampled for; `version` the weights after this step's push."""
+    """`rewards` [groups, G] of the trained groups of `drawn`; `difficulty` the pass-rate counts when difficulty
+    is on; `health` the trained groups' `rollout_health` against the weights they were sampled for; `version`
+    the weights after this step's push."""
     return {
         "step": step, "loss": trained.loss, "lr": lr, "reward_mean": float(rewards.mean()),
-        **success_by_task(drawn.groups), **drawn.counts(),
+        **success_by_task(drawn.groups), **drawn.counts(), **difficulty,
         "samples_per_trained_sample": drawn.taken / len(drawn.groups), **trained.stats, **health,
         "weight_version": version, "trained_tokens": batch.response_tokens,
         "train_s": train_s, "push_s": push_s, "peak_memory_mb": peak_memory_mb(),

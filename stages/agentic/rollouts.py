@@ -1,7 +1,8 @@
 """Rollout groups for agentic RL, played on a background event loop while the trainer trains.
 
 The producer owns the engine router, the orchestrator and the task registry's HTTP endpoint. It keeps
-starting groups (G rollouts of one prompt, its task drawn by share) as long as it holds permits, and
+starting groups (G rollouts of one prompt, its task drawn by share, the prompt among the task's rows
+uniformly or, with difficulty on, by the rows' running pass rates) as long as it holds permits, and
 puts every finished group on a queue. The trainer returns permits: one per group it takes in async
 mode, so generation stays `max_in_flight_groups` ahead of training; a whole batch after each step in
 sync mode, so no rollout overlaps training. Weight pushes go to every replica SGLang's router lists.
@@ -15,13 +16,15 @@ import random
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from operator import itemgetter
 
 from rollout.agents.orchestrator import Orchestrator, RolloutResult, RolloutSpec
 from rollout.agents.registry import TaskRegistry
 from rollout.fleet import Fleet
 from rollout.weight_push import WeightDelivery
 from stages.agentic.config import AgenticRlConfig
-from stages.agentic.groups import is_stale, refill_group
+from stages.agentic.groups import is_stale, refill_group, rollout_passes
+from stages.common.difficulty import Observation, PassRates
 
 
 @dataclass
@@ -29,16 +32,19 @@ class Group:
     group_id: str
     task: str
     results: list[RolloutResult]
+    prompt_id: str
+    outside_band: bool  # its prompt's pass rate was outside the band when it was drawn (difficulty on)
 
 
 class RolloutProducer:
     def __init__(self, config: AgenticRlConfig, tokenizer, task_rows: dict[str, list[dict]], fleet_url: str,
                  routed: bool, registry: TaskRegistry, rank: int, start_step: int = 0,
-                 initial_weights: WeightDelivery | None = None):
+                 initial_weights: WeightDelivery | None = None, pass_rates: PassRates | None = None):
         """`fleet_url`: SGLang's router, or the only engine (`routed` False). `initial_weights`: what the
         replicas must serve before the first rollout, for a resumed run whose replicas started from the
-        init checkpoint."""
-        self.config, self.tokenizer, self.task_rows = config, tokenizer, task_rows
+        init checkpoint. `pass_rates`: the rows' running pass rates the prompts are drawn by (difficulty on),
+        which the trainer updates as it takes groups."""
+        self.config, self.tokenizer, self.task_rows, self.pass_rates = config, tokenizer, task_rows, pass_rates
         self.fleet_url, self.routed = fleet_url, routed
         self.registry, self.rank, self.initial_weights = registry, rank, initial_weights
         self.groups: queue.Queue[Group | None] = queue.Queue()  # None: generation failed
@@ -118,18 +124,27 @@ class RolloutProducer:
                     permit.cancel()
                     break
                 task = self.registry.next_task()
-                row = self._rng.choice(self.task_rows[task])
+                row = self.next_row(task)
                 group_id = f"r{self.rank}-g{index}"
                 index += 1
+                outside = self.pass_rates is not None and self.pass_rates.outside_band(row["id"])
                 specs = [RolloutSpec(f"{group_id}-{i}", group_id, task, row) for i in range(config.group_size)]
-                play = asyncio.create_task(self._play_group(orchestrator, group_id, task, specs))
+                play = asyncio.create_task(self._play_group(orchestrator, group_id, task, specs, outside))
                 running.add(play)
                 play.add_done_callback(running.discard)
             for play in running:
                 play.cancel()
             await orchestrator.aclose()
 
-    async def _play_group(self, orchestrator: Orchestrator, group_id: str, task: str, specs: list[RolloutSpec]) -> None:
+    def next_row(self, task: str) -> dict:
+        """The prompt of the task's next group."""
+        rows = self.task_rows[task]
+        if self.pass_rates is None:  # the rng consumed as it always was: a run without difficulty draws alike
+            return self._rng.choice(rows)
+        return self.pass_rates.draw(self._rng, rows, 1, itemgetter("id"))[0]
+
+    async def _play_group(self, orchestrator: Orchestrator, group_id: str, task: str, specs: list[RolloutSpec],
+                          outside_band: bool) -> None:
         try:
             results = await asyncio.gather(*(orchestrator.play(spec) for spec in specs))
         except asyncio.CancelledError:
@@ -138,7 +153,7 @@ class RolloutProducer:
             self._failure = f"group {group_id}: {error!r}"
             self.groups.put(None)
             return
-        self.groups.put(Group(group_id, task, list(results)))
+        self.groups.put(Group(group_id, task, list(results), specs[0].row["id"], outside_band))
 
 
 @dataclass
@@ -173,6 +188,8 @@ class StepBatch:
     dropped: int  # groups dropped: G/2 or fewer usable samples left
     no_signal: int  # usable groups whose rewards were all equal (dynamic sampling)
     taken: int  # groups taken from the producer for this step
+    observed: list[Observation]  # every group taken, trained on or not: its prompt's passes (difficulty)
+    drawn_outside_band: int  # groups taken whose prompt was drawn from outside the pass-rate band
 
     def counts(self) -> dict[str, int]:
         signal = sum(len({r.reward for r in results}) > 1 for results in self.groups)
@@ -187,10 +204,12 @@ def next_batch(producer: RolloutProducer, config: AgenticRlConfig, version: int)
     mode every group taken is replaced at once, in sync mode every group not trained on."""
     sampling = config.dynamic_sampling
     cap = config.groups_per_step * sampling.max_draws if sampling.enabled else None
-    batch = StepBatch([], Counter(), 0, 0, 0, 0)
+    batch = StepBatch([], Counter(), 0, 0, 0, 0, [], 0)
     while len(batch.groups) < config.groups_per_step and batch.taken != cap:
         group = producer.next_group()
         batch.taken += 1
+        batch.observed.append(Observation(group.prompt_id, *rollout_passes(group.results, config.difficulty.solved_at)))
+        batch.drawn_outside_band += group.outside_band
         verdict = usable_group(group, config.group_size, version, config.staleness_tau)
         batch.failures.update(verdict.env_failures)
         batch.stale += verdict.stale

@@ -27,6 +27,7 @@ from stages.agentic.record import agentic_rows
 from stages.agentic.rollouts import RolloutProducer, next_batch
 from stages.common.agent_tasks import agent_task_rows
 from stages.common.checkpointer import StageCheckpointer
+from stages.common.difficulty import PassRates, difficulty_metrics, observe_everywhere, pass_rates_for
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split
 from stages.common.policy import (
@@ -57,25 +58,30 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     shape = step_shape(config.groups_per_step * config.group_size * dist.world_size, dist.world_size,
                        config.compute.micro_batch_size, "groups_per_step × group_size")
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
-    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, record=config.record)
+    pass_rates = pass_rates_for(config.difficulty, config.group_size)
+    checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, record=config.record,
+                                     parts={"pass_rates": pass_rates} if pass_rates else None)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     # Resumed weights count as a push of their own: the first samples carry a version none before had.
     version = -(-start_step // config.push_every)
 
     with ExitStack() as stack:
-        producer = start_rollouts(stack, config, stage, engine, tokenizer, task_rows, start_step, version)
+        producer = start_rollouts(stack, config, stage, engine, tokenizer, task_rows, start_step, version, pass_rates)
         push = weight_pusher(stack, config.engines.weight_sync, engine, producer.update_weights, workdir, dist)
         run, trained_samples = stack.enter_context(timed()), 0
         for step in range(start_step, config.max_steps):
             drawn = next_batch(producer, config, version)
             groups = drawn.groups
+            if pass_rates is not None:  # every rank's groups taken, trained on or not: the ranks' rates stay alike
+                observe_everywhere(pass_rates, drawn.observed)
+            difficulty = difficulty_metrics(pass_rates, drawn.drawn_outside_band)
             health = rollout_health(groups, version, drawn.stale, drawn.dropped, drawn.failures)  # before the push
             if not groups:  # no group with signal within the cap: no update, nothing to push
                 if config.mode == "sync":
                     producer.grant(config.groups_per_step)
-                checkpointer.end_of_step({"step": step + 1, "lr": engine.get_lr()[0], **drawn.counts(), **health,
-                                          "updated": 0, "weight_version": version})
+                checkpointer.end_of_step({"step": step + 1, "lr": engine.get_lr()[0], **drawn.counts(), **difficulty,
+                                          **health, "updated": 0, "weight_version": version})
                 continue
             with timed() as training:
                 rewards = torch.tensor([[r.reward for r in results] for results in groups], dtype=torch.float32)
@@ -99,7 +105,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
             if config.mode == "sync":
                 producer.grant(config.groups_per_step)
             checkpointer.end_of_step(
-                step_metrics(step + 1, trained, engine.get_lr()[0], rewards, drawn, health, version, batch,
+                step_metrics(step + 1, trained, engine.get_lr()[0], rewards, drawn, difficulty, health, version, batch,
                              producer.replica_stats(), train_s=training.seconds, push_s=push_s,
                              samples_per_s=trained_samples / run.seconds),
                 samples=samples)
@@ -107,9 +113,10 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
 
 
 def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs, engine, tokenizer, task_rows,
-                   start_step: int, version: int) -> RolloutProducer:
-    """The engines (`config.engines`), the task services and the producer playing groups on them, all
-    stopped when `stack` closes; a resumed run's weights reach the engines first."""
+                   start_step: int, version: int, pass_rates: PassRates | None) -> RolloutProducer:
+    """The engines (`config.engines`), the task services and the producer playing groups on them (drawing
+    prompts by `pass_rates` when difficulty is on), all stopped when `stack` closes; a resumed run's weights
+    reach the engines first."""
     dist, workdir = stage.dist, stage.workdir
     # Asynchronous: the replicas generate while the trainer trains, so the cores are shared by all of them.
     ready = launch_engines(stack, config.engines, config.init_checkpoint, workdir, seed=config.seed * 100,
@@ -124,7 +131,7 @@ def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs
     if start_step:  # the replicas started from the init checkpoint: the resumed weights reach them once, by disk
         initial_weights = FromDisk(push_weights(engine, workdir, version, dist.is_main, deliver=None), str(version))
     producer = RolloutProducer(config, tokenizer, task_rows, fleet.url, fleet.routed, services.registry, dist.rank,
-                               start_step, initial_weights)
+                               start_step, initial_weights, pass_rates)
     stack.callback(producer.stop)
     producer.start()
     producer.wait_ready(timeout_s=120)

@@ -1,7 +1,8 @@
 """The one checkpointer every trainer uses: resume, commit resume state, commit the final checkpoint.
 
 A checkpoint is a Hugging Face directory (safetensors + config + tokenizer) with DeepSpeed's resume
-state under `deepspeed/`, the trainer's own state in `trainer_state.json`, every step's metrics so far
+state under `deepspeed/`, the trainer's own state in `trainer_state.json` (with that of the parts a stage
+keeps across steps, e.g. its prompts' pass rates), every step's metrics so far
 in `metrics.jsonl`, and its lineage (with the eval summary: the `heldout_*` metrics of the last step
 that computed them, and for a stage that records its samples, the shards of every step's trained samples
 as `rollouts` inputs: stages/common/rollout_record.py). Only rank 0 commits; a crash before `_SUCCESS` leaves nothing a reader or a
@@ -14,8 +15,9 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from data_contracts.lineage import (
     DataInput,
@@ -45,6 +47,14 @@ DEEPSPEED_DIR = "deepspeed"
 TRAINER_STATE = "trainer_state.json"
 METRICS = "metrics.jsonl"
 STEP_NAME = re.compile(r"step-(\d+)$")
+
+
+class Resumable(Protocol):
+    """A part of a trainer whose state a resumed run restores (its `state()` is JSON)."""
+
+    def state(self) -> dict: ...
+
+    def restore(self, state: dict) -> None: ...
 
 
 def save_local(engine, model, tokenizer, local_dir: Path, step: int, trainer_state: dict, is_main: bool) -> None:
@@ -141,14 +151,16 @@ class StageCheckpointer:
     (commits the final checkpoint under `config.output_name`).
 
     `model` is the Hugging Face model inside `engine` (the engine may train a wrapper around it);
-    `reward_refs` and `teachers` go into every commit's lineage, with the reward models the refs name.
+    `reward_refs` and `teachers` go into every commit's lineage, with the reward models the refs name;
+    each of `parts` is saved under its name in the trainer state and restored by `resume()` (rank 0's: the
+    stage keeps them alike on every rank).
     """
 
     def __init__(self, config: StageIO, stage: StageInputs, engine, model, tokenizer, *,
                  reward_refs: Sequence[RewardModuleRef] = (), teachers: Sequence[CommittedArtifact] = (),
-                 record: RolloutRecordSettings | None = None):
+                 record: RolloutRecordSettings | None = None, parts: Mapping[str, Resumable] | None = None):
         self.config, self.stage, self.engine, self.model, self.tokenizer = config, stage, engine, model, tokenizer
-        self.reward_refs, self.teachers = list(reward_refs), list(teachers)
+        self.reward_refs, self.teachers, self.parts = list(reward_refs), list(teachers), dict(parts or {})
         self.history: list[dict] = []
         self.resumed_from: str | None = None
         self.rollouts = None if record is None else RolloutRecord(
@@ -167,6 +179,9 @@ class StageCheckpointer:
         self.history, self.resumed_from = state["history"], artifact.uri
         if self.rollouts is not None:
             self.rollouts.restore(state.get("rollouts", {}))
+        for name, part in self.parts.items():
+            if name in state:  # a part switched on since that commit starts afresh
+                part.restore(state[name])
         stage.events.emit("resumed", step=step, checkpoint=artifact.uri)
         return step
 
@@ -197,7 +212,8 @@ class StageCheckpointer:
         local = stage.workdir.parent / "commit" / f"step-{step}"
         history = [stable_metrics(record) for record in self.history]
         rollouts = self.rollouts.inputs(step) if self.rollouts is not None else []
-        state = {"history": history, **({"rollouts": self.rollouts.state()} if self.rollouts is not None else {})}
+        state = {"history": history, **({"rollouts": self.rollouts.state()} if self.rollouts is not None else {}),
+                 **{name: part.state() for name, part in self.parts.items()}}
         save_local(self.engine, self.model, self.tokenizer, local, step, state, stage.dist.is_main)
         if stage.dist.is_main:
             (local / METRICS).write_text("".join(json.dumps(record) + "\n" for record in history))

@@ -157,6 +157,43 @@ class DynamicSamplingSettings(BaseModel):
                                                 "groups with signal it has (its record says how many)")
 
 
+class PassRateBand(BaseModel):
+    """The open interval of running pass rates a prompt is drawn normally inside: a rate equal to `low` or
+    `high` is outside it. The default, above 0 and below 1, is a prompt the policy sometimes solves."""
+
+    model_config = STRICT
+    low: float = Field(0.0, ge=0, le=1, description="a prompt solved this often or less is drawn less")
+    high: float = Field(1.0, ge=0, le=1, description="a prompt solved this often or more is drawn less")
+
+    @model_validator(mode="after")
+    def _low_below_high(self):
+        if self.low >= self.high:
+            raise ValueError(f"band.low {self.low} must be below band.high {self.high}")
+        return self
+
+
+class DifficultySettings(BaseModel):
+    """Online difficulty: each prompt's running pass rate, from every group drawn of it (trained on or not),
+    and prompts the policy always or never solves drawn less, so the draws that dynamic sampling would
+    throw away are spent on prompts with signal (stages/common/difficulty.py)."""
+
+    model_config = STRICT
+    enabled: bool = Field(False, description="draw prompts by their running pass rate; off: every prompt alike")
+    band: PassRateBand = Field(PassRateBand(), description="the pass rates of prompts drawn normally (an open "
+                                                           "interval: the default is 'sometimes solved')")
+    solved_at: float = Field(1.0, description="a sample passes when its total reward (the rewards' weighted sum) "
+                                              "is at least this")
+    outside_weight: float = Field(0.1, gt=0, le=1, description="the draw weight of a prompt whose pass rate is "
+                                                              "outside the band, against 1 inside; above 0, so it "
+                                                              "comes back and is measured again as the policy changes")
+    min_samples: int | None = Field(None, ge=1, description="samples of a prompt seen before its pass rate counts; "
+                                                            "until then it is drawn normally (default: one group)")
+    # A decay per group of the prompt rather than per step: a prompt drawn rarely keeps its estimate between
+    # draws instead of fading to nothing, and each new group still outweighs what older policies did.
+    decay: float = Field(0.5, ge=0, lt=1, description="the share of a prompt's earlier evidence kept at each new "
+                                                      "group of it: 0 rates it by its latest group alone")
+
+
 class RolloutRecordSettings(BaseModel):
     """The trained samples on record (rollout@1 Parquet, one shard per step, committed as the stage runs,
     listed in the checkpoint's lineage), and a few of them shown while it trains."""

@@ -69,6 +69,17 @@ def all_max(value: float) -> float:
     return tensor.item()
 
 
+def all_gather_objects(value) -> list:
+    """`value` (anything picklable) of every rank, in rank order."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [value]
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, value)
+    return everyone
+
+
 def deepspeed_config(global_batch: int, world_size: int, zero_stage: int, grad_clip: float) -> dict:
     if global_batch % world_size:
         raise ValueError(f"global_batch_size {global_batch} is not divisible by the world size {world_size}")

@@ -22,12 +22,15 @@ class FiniteSteps:
 
     def __init__(self, skips_allowed: int, stage: str):
         self.skips_allowed, self.stage, self.skipped = skips_allowed, stage, 0
+        # The last step's gradient norm before clipping, for its step record (NaN where its loss was not finite).
+        self.grad_norm = math.nan
 
     def step(self, engine, losses: torch.Tensor | Iterable[torch.Tensor], step: int) -> float:
         """A backward per micro-batch loss (each its share of the step's loss: the shares sum to it; a
         generator computes each only as it is reached, so one micro-batch's activations are in memory at a
         time), then one optimizer step. Returns the step's loss; a non-finite one skips the update."""
         total, problem = 0.0, None
+        self.grad_norm = math.nan
         for loss in [losses] if isinstance(losses, torch.Tensor) else losses:
             value = loss.detach().float()
             total += value.item()
@@ -38,7 +41,7 @@ class FiniteSteps:
         if problem is not None:
             self._skip(engine, step, problem)
             return total
-        norm = local_grad_norm(engine.module)
+        norm = self.grad_norm = local_grad_norm(engine.module)
         if not self._all_finite(math.isfinite(norm)):
             self._skip(engine, step, f"gradient norm {norm}")
             return total
@@ -46,6 +49,8 @@ class FiniteSteps:
         reported = engine.get_global_grad_norm()  # where DeepSpeed computes it (ZeRO stages that shard grads)
         if reported is not None and not math.isfinite(float(reported)):
             raise NonFiniteError(f"{self.stage} step {step}: gradient norm {reported} after the update; stopping")
+        if reported is not None:  # the whole gradient's norm where this rank holds only its shard
+            self.grad_norm = float(reported)
         return total
 
     def _all_finite(self, finite: bool) -> bool:

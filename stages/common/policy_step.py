@@ -49,4 +49,4 @@ def policy_step(engine, batch: TrainBatch, micro: int | None, temperature: float
             yield loss * share
 
     loss = finite.step(engine, micro_losses(), step)
-    return PolicyStep(loss, merged_stats(parts), logp_old)
+    return PolicyStep(loss, merged_stats(parts) | {"grad_norm": finite.grad_norm}, logp_old)

@@ -17,8 +17,6 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import torch.distributed
-
 from data_contracts import ROLLOUT_V1
 from data_contracts.lineage import DataInput, Lineage
 from data_contracts.parquet import write_parquet
@@ -26,7 +24,7 @@ from infra.rollouts import SHARD_FILE
 from infra.store import ArtifactStore, sha256_file
 from rewards import RewardSample
 from stages.common.config import RolloutRecordSettings
-from stages.common.distributed import Dist, barrier
+from stages.common.distributed import Dist, all_gather_objects, barrier
 from stages.common.events import EventLog
 
 # A person reads the end of a prompt (the question) and a completion; neither needs more on a screen.
@@ -153,9 +151,5 @@ def _longest(rows: list[dict]) -> int:
 
 def _gathered(local: tuple[str, int, int] | None) -> list[tuple[str, int, int]]:
     """(name, rows, bytes) of the step's shard on every rank that wrote one, in rank order."""
-    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
-        return [local] if local else []
-    everyone: list = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(everyone, local)
-    return [shard for shard in everyone if shard]
+    return [shard for shard in all_gather_objects(local) if shard]
 

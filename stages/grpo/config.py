@@ -12,6 +12,7 @@ from rewards.loading import RewardModuleError, resolve_reward_target
 from rollout.engine_settings import EngineSettings
 from stages.common.config import (
     ComputeSettings,
+    DifficultySettings,
     DynamicSamplingSettings,
     OptimizerSettings,
     RolloutRecordSettings,
@@ -60,6 +61,7 @@ class GrpoRecipe(BaseModel):
     group_size: int = Field(8, ge=2, description="G: responses per prompt")
     oversample: int = Field(1, ge=1, description="each draw takes this many times the prompts still missing")
     dynamic_sampling: DynamicSamplingSettings = DynamicSamplingSettings()
+    difficulty: DifficultySettings = DifficultySettings()
     max_steps: int = Field(40, ge=1)
     optimizer: OptimizerSettings = OptimizerSettings(lr=5e-5, warmup_steps=5)
     compute: ComputeSettings = ComputeSettings()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from contextlib import ExitStack
+from operator import attrgetter
 
 import torch
 
@@ -18,6 +19,13 @@ from model.presets import load_model
 from rewards import load_reward_module, reward_module_refs
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
+from stages.common.difficulty import (
+    Observation,
+    PassRates,
+    difficulty_metrics,
+    observe_everywhere,
+    pass_rates_for,
+)
 from stages.common.distributed import rank_share
 from stages.common.finite import FiniteSteps
 from stages.common.icepop import IcePopSettings
@@ -34,7 +42,7 @@ from stages.grpo.config import AnchorSettings, GeneralRlConfig, GrpoRecipe, Reas
 from stages.grpo.draws import draw_groups
 from stages.grpo.metrics import skipped_step_metrics, step_metrics
 from stages.grpo.record import grpo_rows
-from stages.grpo.rewards import GroupRewards, WeightedReward, group_rewards
+from stages.grpo.rewards import GroupRewards, WeightedReward, group_passes, group_rewards
 
 
 def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, prompts: Sequence[RlPrompt], tokenizer,
@@ -50,8 +58,9 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
     shape = step_shape(config.prompts_per_step * config.group_size, dist.world_size, config.compute.micro_batch_size,
                        "prompts_per_step × group_size")
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size, frozen=config.frozen)
+    pass_rates = pass_rates_for(config.difficulty, config.group_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, reward_refs=reward_refs,
-                                     record=config.record)
+                                     record=config.record, parts={"pass_rates": pass_rates} if pass_rates else None)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
@@ -59,11 +68,12 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
         policy = policy_engine(stack, config, engine, workdir, dist, start_step)
         for step in range(start_step, config.max_steps):
             rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
-            sampler = GroupSampler(config, policy, rewards, tokenizer, prompts, rng, dist, anchors_on)
+            sampler = GroupSampler(config, policy, rewards, tokenizer, prompts, rng, dist, anchors_on, pass_rates)
             groups = draw_groups(sampler.draw, sampler.sample_and_score, share, config.oversample,
                                  config.dynamic_sampling)
             if not groups.chosen:  # some rank drew no group with signal in `max_draws` draws: no update
                 checkpointer.end_of_step(skipped_step_metrics(step + 1, engine.get_lr()[0], groups, dist,
+                                                              sampler.difficulty_metrics(),
                                                               generate_s=sampler.generate_s, reward_s=sampler.reward_s))
                 continue
             chosen, step_prompts, scored = groups.chosen, groups.prompts, groups.scored
@@ -87,7 +97,8 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
 
             checkpointer.end_of_step(
                 step_metrics(step + 1, trained, engine.get_lr()[0], groups, samples, is_anchor_member, batch,
-                             policy.fleet, dist, generate_s=sampler.generate_s, reward_s=sampler.reward_s,
+                             policy.fleet, dist, sampler.difficulty_metrics(), generate_s=sampler.generate_s,
+                             reward_s=sampler.reward_s,
                              train_s=training.seconds, push_s=pushing.seconds),
                 samples=grpo_rows(config.stage_name, step + 1, dist.rank, [step_prompts[g] for g in chosen], samples,
                                   scores, rewards_by_group, advantages, is_anchor_member, trained.logp_old, in_band))
@@ -96,15 +107,30 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
 
 class GroupSampler:
     """A step's draws of prompts (the same on every rank, each rank taking its share) and their groups,
-    sampled on the policy's engines and scored, with the time each part took over the step's draws."""
+    sampled on the policy's engines and scored, with the time each part took over the step's draws.
+    With `pass_rates` (difficulty on), draws are weighted by the prompts' running pass rates, and every
+    scored group, whichever rank scored it and whether or not it is trained on, updates them."""
 
-    def __init__(self, config, policy, rewards, tokenizer, prompts, rng: random.Random, dist, anchors_on: bool):
+    def __init__(self, config, policy, rewards, tokenizer, prompts, rng: random.Random, dist, anchors_on: bool,
+                 pass_rates: PassRates | None):
         self.config, self.policy, self.rewards, self.tokenizer = config, policy, rewards, tokenizer
         self.prompts, self.rng, self.dist, self.anchors_on = prompts, rng, dist, anchors_on
+        self.pass_rates = pass_rates
         self.generate_s = self.reward_s = 0.0
+        self.drawn_outside_band = 0  # over every rank's share of the step's draws
 
     def draw(self, count: int) -> list[RlPrompt]:
-        return rank_share(self.rng.sample(self.prompts, count * self.dist.world_size), self.dist.rank, count)
+        return rank_share(self.draw_for_every_rank(count * self.dist.world_size), self.dist.rank, count)
+
+    def draw_for_every_rank(self, count: int) -> list[RlPrompt]:
+        if self.pass_rates is None:  # the rng consumed as it always was: a run without difficulty draws alike
+            return self.rng.sample(self.prompts, count)
+        drawn = self.pass_rates.draw(self.rng, self.prompts, count, attrgetter("id"))
+        self.drawn_outside_band += sum(self.pass_rates.outside_band(prompt.id) for prompt in drawn)
+        return drawn
+
+    def difficulty_metrics(self) -> dict[str, int]:
+        return difficulty_metrics(self.pass_rates, self.drawn_outside_band)
 
     def sample_and_score(self, drawn: list[RlPrompt]) -> tuple[list, GroupRewards]:
         config = self.config
@@ -121,6 +147,10 @@ class GroupSampler:
                                    config.reward_timeout_s)
         self.generate_s += generation.seconds
         self.reward_s += scoring.seconds
+        if self.pass_rates is not None:
+            passes = group_passes(scored, is_anchor(samples), config.difficulty.solved_at)
+            observe_everywhere(self.pass_rates, [Observation(prompt.id, passed, counted) for prompt, (passed, counted)
+                                                 in zip(drawn, passes, strict=True)])
         return samples, scored
 
 

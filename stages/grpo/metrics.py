@@ -16,12 +16,13 @@ from stages.grpo.draws import StepGroups
 
 
 def step_metrics(step: int, trained: PolicyStep, lr: float, groups: StepGroups, samples: list[Sample],
-                 anchors: torch.Tensor, batch: TrainBatch, fleet: EngineFleet, dist: Dist, *, generate_s: float,
-                 reward_s: float, train_s: float, push_s: float) -> dict:
-    """`groups` covers every drawn group, `samples` the trained ones (G per group, anchors marked)."""
+                 anchors: torch.Tensor, batch: TrainBatch, fleet: EngineFleet, dist: Dist, difficulty: dict, *,
+                 generate_s: float, reward_s: float, train_s: float, push_s: float) -> dict:
+    """`groups` covers every drawn group, `samples` the trained ones (G per group, anchors marked); `difficulty`
+    the pass-rate counts when difficulty is on (the same on every rank)."""
     return {
         "step": step, "loss": all_mean(trained.loss), "lr": lr,
-        **drawn_metrics(groups, dist),
+        **drawn_metrics(groups, dist), **difficulty,
         **{name: all_mean(value) for name, value in trained.stats.items()},
         **sample_metrics(samples, anchors, batch, generate_s, train_s, dist),
         **({"replicas": fleet.client.replica_requests()} if fleet.routed else {}),
@@ -31,10 +32,10 @@ def step_metrics(step: int, trained: PolicyStep, lr: float, groups: StepGroups, 
     }
 
 
-def skipped_step_metrics(step: int, lr: float, groups: StepGroups, dist: Dist, *, generate_s: float,
-                         reward_s: float) -> dict:
+def skipped_step_metrics(step: int, lr: float, groups: StepGroups, dist: Dist, difficulty: dict, *,
+                         generate_s: float, reward_s: float) -> dict:
     """A step that made no update: what it drew, and that nothing was trained."""
-    return {"step": step, "lr": lr, **drawn_metrics(groups, dist), "updated": 0,
+    return {"step": step, "lr": lr, **drawn_metrics(groups, dist), **difficulty, "updated": 0,
             **{f"{part}_s": all_mean(value) for part, value in (("generate", generate_s), ("reward", reward_s))}}
 
 

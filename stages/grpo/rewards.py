@@ -69,3 +69,16 @@ def informative_groups(rewards: torch.Tensor, kept: Sequence[bool], count: int) 
     order = [g for g in range(len(signal)) if signal[g] and kept[g]]
     order += [g for g in range(len(signal)) if g not in order]
     return order[:count]
+
+
+def group_passes(scored: GroupRewards, anchors: torch.Tensor, solved_at: float) -> list[tuple[int, int]]:
+    """(passes, samples) per group: its policy samples that every module scored, and those of them whose total
+    is at least `solved_at`. Anchor members are a person's replies, not the policy's: they do not count."""
+    group_size = scored.total.shape[1]
+    counts = []
+    for g, totals in enumerate(scored.total.tolist()):
+        members = range(g * group_size, (g + 1) * group_size)
+        counted = [total for i, total in zip(members, totals, strict=True)
+                   if not anchors[i] and all(entry["score"] is not None for entry in scored.scores[i])]
+        counts.append((sum(total >= solved_at for total in counted), len(counted)))
+    return counts
