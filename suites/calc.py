@@ -42,16 +42,24 @@ class CalcEpisode:
         return f"Use the calculator to compute {self.expression}."
 
     def messages(self) -> list[dict]:
+        # Each call's reasoning is arith's worked chain so far, ending in the operation the call sends
+        # ("1 + 1 = 2\n2 - 2"), and the final reasoning is the whole chain: the steps read as arith's SFT
+        # problems read, instead of a fixed "Calculate the next step." that says nothing about the operands.
+        # Measured on the demo's SFT checkpoint: calc itself stays out of reach at this model size (0 of 60
+        # sampled episodes succeed either way, 1 of 60 greedy with this), but the tool-call turns it teaches
+        # are the ones search reuses: greedy held-out search success went 0 of 100 -> 20 of 100.
         messages = [{"role": "user", "content": self.question}]
+        done: list[str] = []
         for step in self.steps:
             operation, result = step.split(" = ")
             # The tool turn is exactly what the sandboxed calculator prints for the call.
             messages += [
-                {"role": "assistant", "reasoning_content": "Calculate the next step.", "content": "",
+                {"role": "assistant", "reasoning_content": "\n".join([*done, operation]), "content": "",
                  "tool_calls": [{"name": "calculate", "arguments": {"expression": operation}}]},
                 {"role": "tool", "content": result},
             ]
-        messages.append({"role": "assistant", "reasoning_content": "The calculator returned the result.",
+            done.append(step)
+        messages.append({"role": "assistant", "reasoning_content": "\n".join(done),
                          "content": f"The answer is {self.answer}."})
         return messages
 
