@@ -88,7 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="an override of the stage's config for both arms (repeatable), e.g. max_steps=10")
     parser.add_argument("--compare", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                         help="run arm B with this override as well (repeatable) and give the paired difference")
-    parser.add_argument("--namespace", default="bench", help="where in the store the runs' artifacts go")
+    parser.add_argument("--namespace", default="bench", type=lambda text: text.strip("/"),
+                        help="the folder of the store the runs' artifacts go under (default bench)")
     parser.add_argument("--out", type=Path, help="the JSON result (default: runs/bench/<bench id>.json)")
     args = parser.parse_args(argv)
     args.seed_list = args.seed_list or list(range(args.seeds))
