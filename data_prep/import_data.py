@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tempfile
 from collections.abc import Iterator
@@ -152,5 +153,18 @@ def _publish(store, path, kind, label, contract, rows, test_fraction, seed, trig
     rejects_file = None
     if rejects:
         rejects_file = path.with_name(f"{path.name}.rejected.jsonl")
-        rejects_file.write_text("".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rejects))
+        write_replacing(rejects_file, "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rejects))
     return Imported(dataset, counts, len(problems), rejects_file, problems)
+
+
+def write_replacing(target: Path, text: str) -> None:
+    """`text` as the file `target`, written to a new file beside it and renamed over the name: whatever was
+    there (an earlier rejects file, or a symlink planted at that name) is replaced, never written through."""
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.",
+                                     delete=False) as new:
+        try:
+            new.write(text)
+        except BaseException:
+            os.unlink(new.name)  # nothing half-written left beside the source
+            raise
+    os.replace(new.name, target)

@@ -57,6 +57,11 @@ def serve_ui(host: str, port: int, flows: list[str], log_dir: Path, on_ready: Ca
 
     With `auth_string` ("user:password") every API route but the health check takes HTTP basic auth
     (Prefect's own `server.api.auth_string`; the UI asks for it once), and the deployments send it."""
+    if auth_string:
+        user, colon, password = auth_string.partition(":")
+        if not (colon and user and password):
+            raise UiError("--auth-string must be USER:PASSWORD with neither empty (Prefect's basic auth): "
+                          "an empty user or password would let anyone in")
     if not _is_loopback(host) and not auth_string:
         raise UiError(f"--host {host} exposes the Prefect API beyond this machine: set --auth-string "
                       "(or PREFECT_SERVER_API_AUTH_STRING) so that it takes a password")

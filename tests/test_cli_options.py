@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from flows.params import PipelineParams
@@ -42,4 +43,12 @@ def test_the_ui_refuses_to_listen_beyond_this_machine_without_a_password(tmp_pat
     exposed = CliRunner().invoke(app, ["ui", "--host", "0.0.0.0", "--logs", str(tmp_path)],
                                  env={"COLUMNS": "200", "PREFECT_SERVER_API_AUTH_STRING": ""})
     assert exposed.exit_code == 1 and "--auth-string" in exposed.output
+    assert not list(tmp_path.iterdir())  # refused before anything started
+
+
+@pytest.mark.parametrize("auth", [":", "nocolon", "user:", ":password"])
+def test_the_ui_refuses_an_auth_string_without_a_user_and_a_password(tmp_path, auth):
+    refused = CliRunner().invoke(app, ["ui", "--host", "0.0.0.0", "--logs", str(tmp_path), "--auth-string", auth],
+                                 env={"COLUMNS": "200"})
+    assert refused.exit_code == 1 and "USER:PASSWORD" in refused.output
     assert not list(tmp_path.iterdir())  # refused before anything started

@@ -171,6 +171,17 @@ def test_skip_bad_rows_commits_the_rest_and_writes_the_rejects(tmp_path):
     assert lineage["rejected"] == 2 and len(lineage["source_sha256"]) == 64
 
 
+def test_the_rejects_file_replaces_a_symlink_planted_at_its_name_instead_of_writing_through_it(tmp_path):
+    source = write_jsonl(tmp_path / "rows.jsonl", [dict(GOOD, id=str(i)) for i in range(4)] + ["{oops"])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "rows.jsonl.rejected.jsonl").symlink_to(victim)
+    imported = import_dataset(open_store(str(tmp_path / "store")), source, "chat", skip_bad_rows=True)
+    assert victim.read_text() == "keep me"
+    assert not imported.rejects_file.is_symlink() and "line 5" in imported.rejects_file.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left
+
+
 def test_parquet_and_a_datasets_folder_are_read_through_datasets(tmp_path):
     records = [dict(GOOD, id=str(i)) for i in range(6)]
     datasets.Dataset.from_list(records).to_parquet(str(tmp_path / "rows.parquet"))

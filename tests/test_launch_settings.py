@@ -117,3 +117,20 @@ def test_deepspeed_gets_a_hostfile_and_an_environment_file_of_its_own(monkeypatc
     monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
     with pytest.raises(RuntimeError, match="not inside a Slurm allocation"):
         DeepSpeedLaunch().hostfile_lines()
+
+
+@pytest.mark.parametrize("field", ["partition", "account"])
+def test_a_slurm_name_holding_a_shell_line_is_refused_naming_its_field(field):
+    with pytest.raises(ValueError, match=field):
+        SlurmLaunch(**{field: "gpu\ntouch PWNED"})
+    with pytest.raises(ValueError, match=field):
+        SlurmLaunch(**{field: "gpu;touch PWNED"})
+    assert SlurmLaunch(partition="gpu,gpu-long").partition == "gpu,gpu-long"
+
+
+def test_a_container_image_is_one_word_of_the_srun_command(tmp_path):
+    marker = tmp_path / "PWNED"
+    script = SlurmLaunch(container_image=f"img; touch {marker}").batch_script(REQUEST)
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert f"'--container-image=img; touch {marker}'" in srun
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0

@@ -30,6 +30,11 @@ TERMINAL = {"UNKNOWN_JOB", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_
             "OUT_OF_MEMORY", "SPECIAL_EXIT"}
 
 
+# What Slurm accepts as a partition or account name (letters, digits, _ . -); partitions may be a list.
+SLURM_NAME = r"^[A-Za-z0-9_.-]+$"
+SLURM_NAMES = r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$"
+
+
 class SlurmLaunch(BaseModel):
     """Submit the job with sbatch to the Slurm cluster this machine is a client of (SLURM_CONF)."""
 
@@ -39,8 +44,10 @@ class SlurmLaunch(BaseModel):
     gpus_per_node: int = Field(0, ge=0, description="GPUs per node (--gpus-per-node); 0 for CPU nodes.")
     processes_per_node: int | None = Field(None, ge=1, description="Ranks per node; default one per GPU (1 without).")
     cpus_per_task: int | None = Field(None, ge=1, description="CPUs for each node's launcher and its ranks.")
-    partition: str | None = Field(None, description="Partition (-p); default the cluster's.")
-    account: str | None = Field(None, description="Account to charge (-A).")
+    # Slurm names, not free text: each becomes an #SBATCH line, where a newline would start a shell line.
+    partition: str | None = Field(None, pattern=SLURM_NAMES, description="Partition (-p), or a comma-separated "
+                                                                           "list of them; default the cluster's.")
+    account: str | None = Field(None, pattern=SLURM_NAME, description="Account to charge (-A).")
     time_limit: str | None = Field(None, pattern=r"^(\d+-)?\d+(:\d{1,2}){0,2}$",
                                    description="Wall-clock limit (--time): MINUTES, HH:MM:SS or D-HH:MM:SS.")
     sbatch_options: list[str] = Field(default_factory=list, description="More sbatch options, one per entry "
@@ -59,7 +66,7 @@ class SlurmLaunch(BaseModel):
     @classmethod
     def _one_option_each(cls, options: list[str]) -> list[str]:
         for option in options:
-            if not option.startswith("-") or "\n" in option:
+            if not option.startswith("-") or any(c in option for c in "\r\n\0"):
                 raise ValueError(f"{option!r}: an sbatch option starting with - on one line, e.g. --qos=high")
         return options
 
@@ -85,12 +92,15 @@ class SlurmLaunch(BaseModel):
         # A rank that fails ends its peers' collectives, so every node's launcher exits with the same code
         # soon after; one that hangs instead is stopped after a minute.
         srun = ["srun", "--wait=60", "--ntasks-per-node=1"]
-        if self.container_image:
+        if self.container_image:  # quoted below: an image or mount is a word of the command, never shell text
             srun += [f"--container-image={self.container_image}", f"--container-workdir={Path.cwd()}"]
             srun += [f"--container-mounts={','.join(self.container_mounts)}"] if self.container_mounts else []
         # Each node's lines carry its name; the launcher's own variables are expanded on the node.
         per_node = ('exec > >(exec sed -u "s/^/$SLURMD_NODENAME: /") 2>&1; exec '
                     + " ".join(_quote_keeping_variables(arg) for arg in launcher))
+        for option in directives:  # the job's name and folders come from our code; a newline would still be a shell line
+            if any(c in option for c in "\r\n\0"):
+                raise ValueError(f"sbatch directive {option!r} holds a line break")
         return "\n".join([
             "#!/bin/bash",
             *(f"#SBATCH {option}" for option in directives + self.sbatch_options),
@@ -101,7 +111,7 @@ class SlurmLaunch(BaseModel):
             'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
             'MASTER_ADDR=$(scontrol show node "$first" | sed -n "s/.*NodeAddr=\\([^ ]*\\).*/\\1/p")',
             'export MASTER_ADDR',
-            " ".join(srun) + " bash -c " + shlex.quote(per_node),
+            " ".join(shlex.quote(arg) for arg in srun) + " bash -c " + shlex.quote(per_node),
             "",
         ])
 
