@@ -7,8 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from flows.spec import SPEC_DIR, PipelineSpec, load_spec, parse_spec, preset_path, read_document
+from flows.spec import SPEC_DIR, PipelineSpec, load_spec, parse_spec, preset_path
+from flows.spec_reading import read_document
 from flows.stage_table import STEPS
+from infra.store import StoreRoot
+from stages.common.recipe import Seed
 
 # The pipeline's steps in order (the ORM is trained as part of general RL's step).
 StageName = Literal[STEPS]  # type: ignore[valid-type]
@@ -22,8 +25,8 @@ class PipelineParams(BaseModel):
     preset: PresetName = Field("tiny", description="A preset spec of specs/ (used when no spec is given).")
     spec: str | None = Field(None, description="A pipeline spec: the path of its YAML or JSON file, or the spec "
                                                "itself as YAML or JSON text. Overrides the preset.")
-    seed: int | None = Field(None, description="Seed for every stage; default the spec's.")
-    store: str | None = Field(None, description="Artifact store root; default the spec's, else $POSTTRAIN_STORE "
+    seed: Seed | None = Field(None, description="Seed for every stage; default the spec's.")
+    store: StoreRoot | None = Field(None, description="Artifact store root; default the spec's, else $POSTTRAIN_STORE "
                                                 "or ./artifacts.")
     reports_dir: str | None = Field(None, description="Where this machine keeps run reports (RUN_ID/summary.json, "
                                                       "report.md, LATEST); default the store's runs folder. "

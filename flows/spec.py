@@ -8,17 +8,18 @@ schema` prints the JSON Schema, `posttrain spec check FILE` validates and prints
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
+from data_contracts.regular_files import read_regular_file
 from data_prep.difficulty_settings import DifficultyFilterSettings
+from flows.spec_reading import MAX_SPEC_BYTES, SpecError, read_document
 from flows.stage_table import BY_NAME, STAGES, TEACHERS, Stage
 from infra.launchers import LaunchSettings, LocalLaunch
-from stages.common.recipe import STRICT
+from infra.store import StoreRoot
+from stages.common.recipe import STRICT, Seed
 from suites.prepare import SUITES, SuiteSizes
 
 # The spec files of the presets: the repository's specs/ folder.
@@ -132,8 +133,8 @@ class PipelineSpec(BaseModel):
     model: ModelSource
     data: DataSpec = Field(default_factory=DataSpec)
     stages: StagesSpec
-    seed: int = Field(0, description="Seed for data, model initialisation and every stage.")
-    store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
+    seed: Seed = Field(0, description="Seed for data, model initialisation and every stage.")
+    store: StoreRoot | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
     launch: LaunchSettings = Field(default_factory=LocalLaunch, description=(
         "Where every stage's job runs unless its section says otherwise: this machine, Slurm, DeepSpeed's "
         "multi-node launcher, or Kubernetes."))
@@ -175,10 +176,6 @@ class PipelineSpec(BaseModel):
         return shares.get(name, BY_NAME[name].share)
 
 
-class SpecError(ValueError):
-    """A spec that cannot be read or is not valid; the message names the file and each field's dotted path."""
-
-
 def field_path(location: tuple) -> str:
     """('stages', 'sft', 'datasets', 0) → stages.sft.datasets[0]"""
     path = ""
@@ -196,24 +193,15 @@ def parse_spec(document: dict, source: str) -> PipelineSpec:
         raise SpecError(f"{source}: " + "; ".join(problems)) from None
 
 
-def read_document(text: str, source: str, *, json_text: bool) -> dict:
-    try:
-        document = json.loads(text) if json_text else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise SpecError(f"{source}: not valid {'JSON' if json_text else 'YAML'}: {error}") from None
-    if not isinstance(document, dict):
-        raise SpecError(f"{source}: a spec is a mapping with model, data and stages")
-    return document
-
-
 def load_spec(path: str | Path) -> tuple[PipelineSpec, Path]:
     """The spec in a YAML or JSON file, and the folder its relative import paths are read from."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_file(path, MAX_SPEC_BYTES).decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise SpecError(f"{path}: cannot read the spec ({error})") from None
-    return parse_spec(read_document(text, str(path), json_text=path.suffix == ".json"), str(path)), path.resolve().parent
+    return parse_spec(read_document(text, str(path), json_text=path.suffix == ".json"), str(path)), \
+        path.resolve().parent
 
 
 def preset_path(name: str) -> Path:

@@ -16,6 +16,7 @@ from posttrain.data_cli import data_app
 from posttrain.model_options import model_options
 from posttrain.rewards_cli import rewards_app
 from posttrain.spec_cli import spec_app
+from posttrain.store_option import store_option
 
 # Every process the CLI starts (a temporary Prefect server, the UI's server, stage jobs, engines) inherits
 # these: no analytics leave a training cluster unless its operator sets them otherwise.
@@ -46,6 +47,8 @@ def lineage(
         help="Re-hash every file of the artifact, its ancestors and data inputs; exit 1 naming each file that differs.",
     ),
     output_format: LineageFormat = typer.Option(LineageFormat.tree, "--format", help="tree, json, mermaid or dot."),
+    store: str = store_option("The store a name or STAGE:latest is looked up in (a URI names its own); default "
+                              "$POSTTRAIN_STORE or ./artifacts."),
     debug: bool = typer.Option(False, "--debug", help="On an error, show the traceback as well."),
 ) -> None:
     """Show the ancestry of a checkpoint: parents, teachers, data inputs, the samples it trained on, code, config
@@ -60,7 +63,7 @@ def lineage(
             raise ArtifactStoreError(root.error)
         return root
 
-    root = _opened(uri, debug, ancestry)
+    root = _opened(uri, store, debug, ancestry)
     if as_json or output_format is LineageFormat.json:
         typer.echo(json.dumps(ancestry_json(root), indent=2))
     elif output_format is LineageFormat.mermaid:
@@ -95,6 +98,8 @@ def rollouts(
     limit: int = typer.Option(10, "--limit", min=1, help="At most this many samples."),
     output_format: RolloutsFormat = typer.Option(RolloutsFormat.table, "--format", help="table (for people) or jsonl "
                                                  "(every column, with the prompt and completion decoded)."),
+    store: str = store_option("The store a name or STAGE:latest is looked up in (a URI names its own); default "
+                              "$POSTTRAIN_STORE or ./artifacts."),
     debug: bool = typer.Option(False, "--debug", help="On an error, show the traceback as well."),
 ) -> None:
     """Show the samples a checkpoint's stage trained on, decoded, with their rewards and advantages."""
@@ -105,7 +110,7 @@ def rollouts(
         checkpoint = open_artifact(resolved)
         return checkpoint, decoded_samples(checkpoint, step, limit)
 
-    checkpoint, samples = _opened(uri, debug, samples_of)
+    checkpoint, samples = _opened(uri, store, debug, samples_of)
     if not samples:
         typer.echo(f"{checkpoint.uri}: no samples on record" + (f" at step {step}" if step is not None else ""), err=True)
         raise typer.Exit(1)
@@ -116,8 +121,8 @@ def rollouts(
         console.print(samples_table(samples))
 
 
-def _opened(uri: str, debug: bool, open_resolved):
-    """`open_resolved(resolved URI)` for a URI, a name in the default store or STAGE:latest; a bad name, a missing
+def _opened(uri: str, store: str | None, debug: bool, open_resolved):
+    """`open_resolved(resolved URI)` for a URI, a name in `store` (default the default store) or STAGE:latest; a bad name, a missing
     or uncommitted artifact, an unreachable or unauthorized store is one line and exit 2."""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -129,9 +134,9 @@ def _opened(uri: str, debug: bool, open_resolved):
         logging.getLogger("infra.store.retry").setLevel(logging.ERROR)
     try:
         if uri.endswith(LATEST) and "://" not in uri:  # STAGE:latest, the newest checkpoint of that stage
-            resolved = resolve_checkpoint(open_store(), uri, "URI")
+            resolved = resolve_checkpoint(open_store(store), uri, "URI")
         else:
-            resolved = uri if "://" in uri else open_store().open(uri).uri
+            resolved = uri if "://" in uri else open_store(store).open(uri).uri
         return open_resolved(resolved)
     except (ArtifactStoreError, ValueError, OSError, BotoCoreError, ClientError) as error:
         if debug:
@@ -142,7 +147,7 @@ def _opened(uri: str, debug: bool, open_resolved):
 
 @app.command()
 def prepare(
-    store: str = typer.Option(None, help="Artifact store root (default $POSTTRAIN_STORE or ./artifacts)."),
+    store: str = store_option(),
     preset: str = typer.Option("glm5-tiny", help="Model preset of the initial checkpoint."),
     seed: int = typer.Option(0, help="Seed for data, tokenizer corpus and model initialisation."),
     out: Path = typer.Option(None, help="Also write the URIs as JSON to this file."),

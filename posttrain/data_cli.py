@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from data_prep.difficulty_settings import DEFAULT_REWARD
+from posttrain.store_option import store_option
 
 data_app = typer.Typer(help="Bring your own data into the store, or filter a dataset by difficulty.",
                        no_args_is_help=True)
@@ -30,7 +31,7 @@ def import_command(
     test_fraction: float = typer.Option(0.1, help="Share of rows in the test split (chosen by id: deterministic)."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows",
                                        help="Commit the good rows; write the rejects, with their reasons, beside the source."),
-    store: str = typer.Option(None, help="Artifact store root; default $POSTTRAIN_STORE or ./artifacts."),
+    store: str = store_option(),
     seed: int = typer.Option(0, help="Seeds the split."),
 ) -> None:
     """Import OpenAI `messages`, ShareGPT `conversations`, `prompt`/`completion` or `prompt`/`chosen`/`rejected`
@@ -69,7 +70,7 @@ def filter_command(
     temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
     name: str = typer.Option(None, "--name", help="The new dataset's name in the store (default: the source's "
                                                   "name with -filtered)."),
-    store: str = typer.Option(None, "--store", help="Artifact store root; default $POSTTRAIN_STORE or ./artifacts."),
+    store: str = store_option(),
     seed: int = typer.Option(0, "--seed", help="Seeds the engine and every request's sampling."),
 ) -> None:
     """Keep the prompts a checkpoint sometimes fails (GLM-5's difficulty filter), as a new dataset.

@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from posttrain.store_option import store_option
+
 spec_app = typer.Typer(help="Pipeline specs: check one and print its plan, or print their JSON Schema.",
                        no_args_is_help=True)
 
@@ -16,7 +18,7 @@ spec_app = typer.Typer(help="Pipeline specs: check one and print its plan, or pr
 @spec_app.command("check")
 def check(
     path: Path = typer.Argument(..., help="The spec's YAML or JSON file."),
-    store: str = typer.Option(None, help="Resolve references in this store instead of the spec's."),
+    store: str = store_option("Resolve references in this store instead of the spec's."),
 ) -> None:
     """Validate the spec, resolve every reference, read every file it imports, and print the plan
     (stages to run or skip, with their inputs) without running anything. Exit 1 naming each problem."""
@@ -28,7 +30,7 @@ def check(
     except SpecError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from error
-    if store is not None:
+    if store is not None:  # checked as the option was read (store_option)
         spec = spec.model_copy(update={"store": store})
     plan = plan_spec(spec, base)
     console = Console()

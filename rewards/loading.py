@@ -39,17 +39,42 @@ def resolve_reward_target(path: str) -> object:
     if inspect.isclass(target) and not declares_reward(target):
         raise RewardModuleError(f"reward module {path!r} is a class that does not declare itself a reward module "
                                 "(a `name` and a `version` string and a `__call__`); it was not constructed")
+    if not inspect.isclass(target) and not isinstance(target, RewardModule):
+        raise RewardModuleError(f"reward module {path!r} is not a RewardModule: it names a {type(target).__name__}, "
+                                "not a reward module class or instance (`package.module.Name`)")
+    return target
+
+
+def check_reward_params(path: str, params: dict | None = None) -> object:
+    """The target `path` names, once `params` are known to fit it: every name one its constructor takes,
+    and, for a module that composes others (`check_params`), theirs in turn. Nothing is constructed, so a
+    spec check or a form refuses what the trainer's load would, before any stage runs."""
+    target = resolve_reward_target(path)
+    if params and not inspect.isclass(target):
+        raise RewardModuleError(f"reward module {path!r} is an instance; params {sorted(params)} cannot be applied")
+    if not inspect.isclass(target):
+        return target
+    try:
+        inspect.signature(target).bind(**(params or {}))
+    except TypeError as error:  # params it does not take: name them, not only the class
+        raise RewardModuleError(f"reward module {path!r} cannot be built with params {sorted(params or {})}: "
+                                f"{error}") from None
+    check_params = getattr(target, "check_params", None)
+    if check_params is not None:
+        try:
+            check_params(**(params or {}))
+        except ValueError as error:
+            raise RewardModuleError(f"reward module {path!r}: params: {error}") from None
     return target
 
 
 def load_reward_module(path: str, params: dict | None = None) -> RewardModule:
-    """The reward module `path` names (`resolve_reward_target`), a class instantiated with `params`."""
-    target = resolve_reward_target(path)
-    if params and not inspect.isclass(target):
-        raise RewardModuleError(f"reward module {path!r} is an instance; params {sorted(params)} cannot be applied")
+    """The reward module `path` names (`resolve_reward_target`), a class instantiated with `params` once
+    `check_reward_params` has found they fit."""
+    target = check_reward_params(path, params)
     try:
         module = target(**(params or {})) if inspect.isclass(target) else target
-    except TypeError as error:  # params it does not take: name them, not only the class
+    except TypeError as error:
         raise RewardModuleError(f"reward module {path!r} cannot be built with params {sorted(params or {})}: "
                                 f"{error}") from error
     if not isinstance(module, RewardModule):

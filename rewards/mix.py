@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rewards.loading import load_reward_module, score_batch
+from rewards.loading import RewardModuleError, check_reward_params, load_reward_module, score_batch
 from rewards.protocol import RewardModule, RewardSample
 
 MINIMUM = 0.0
@@ -73,6 +73,22 @@ class MixedReward:
         self.gates = [_Loaded(g, load_reward_module(g.path, g.params)) for g in spec.gates]
         self.domains = {domain: [_Loaded(c, load_reward_module(c.path, c.params)) for c in components]
                         for domain, components in spec.domains.items()}
+
+    @staticmethod
+    def check_params(domains: dict, gates: list | None = None, timeout_s: float = 60.0) -> None:
+        """What __init__ would refuse, found without loading anything: the mix's shape, then each gate's and
+        component's path and params (`check_reward_params`)."""
+        try:
+            spec = MixSpec(domains=domains, gates=gates or [], timeout_s=timeout_s)
+        except ValidationError as error:
+            first = error.errors()[0]
+            raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        for where, component in [*(("gates", g) for g in spec.gates),
+                                  *((f"domains.{d}", c) for d, cs in spec.domains.items() for c in cs)]:
+            try:
+                check_reward_params(component.path, component.params)
+            except RewardModuleError as error:
+                raise ValueError(f"{where}: {error}") from None
 
     def components(self) -> list[tuple[str, dict, RewardModule]]:
         """(path, params, module) of every gate and component, for lineage."""

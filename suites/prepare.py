@@ -10,17 +10,24 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Annotated, TypeVar
+
+from pydantic import Field
 
 from data_contracts.conversation import message_record
 from model.thinking import CHAT_THINKING_MODE, DEFAULT_THINKING_MIX, apply_thinking_mode, assign_modes
 from suites import arith, calc, chat, instruct, judge, search
 
+# A suite's rows are generated in memory: past a million, a size is a typo (1e38), not a plan.
+MAX_SUITE_ROWS = 1_000_000
+
 
 @dataclass(frozen=True)
 class SuiteSizes:
-    train: int = 2000
-    test: int = 500
+    """A suite's split sizes; bounded where a spec or a form gives them (pydantic reads the annotations)."""
+
+    train: Annotated[int, Field(ge=1, le=MAX_SUITE_ROWS)] = 2000
+    test: Annotated[int, Field(ge=1, le=MAX_SUITE_ROWS)] = 500
 
 
 @dataclass(frozen=True)

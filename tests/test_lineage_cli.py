@@ -136,3 +136,16 @@ def test_every_bad_name_or_uri_is_one_line_and_a_non_zero_exit(prepared_store, n
     assert "Traceback" not in result.stderr
     debug = CliRunner().invoke(app, ["lineage", name, "--debug"], env=env)
     assert debug.exit_code != 0 and debug.exception is not None and not isinstance(debug.exception, SystemExit)
+
+
+def test_lineage_and_rollouts_take_the_store_as_the_runbooks_show(prepared_store):
+    root, summary = prepared_store
+    store = root / "store"
+    name = summary["init_checkpoint"].removeprefix(store.as_uri() + "/")
+    env = {key: value for key, value in os.environ.items() if key != "POSTTRAIN_STORE"}
+    verified = subprocess.run([POSTTRAIN, "lineage", name, "--verify", "--store", str(store)], capture_output=True,
+                              text=True, timeout=300, env=env, cwd=root)
+    assert verified.returncode == 0, verified.stderr
+    assert "all files of" in verified.stderr and summary["init_checkpoint"] in verified.stdout.replace("\n", "")
+    no_samples = CliRunner().invoke(app, ["rollouts", name, "--store", str(store)], env={"POSTTRAIN_STORE": ""})
+    assert no_samples.exit_code == 1 and "no samples on record" in no_samples.stderr

@@ -12,7 +12,7 @@ from .errors import (
     ArtifactStoreError,
     IntegrityError,
 )
-from .factory import FileStore, S3Store, open_artifact, open_store
+from .factory import FileStore, S3Store, StoreRoot, check_store_root, open_artifact, open_store
 from .hashing import sha256_file
 from .records import FileEntry, Manifest
 from .retry import RetryPolicy
@@ -21,6 +21,8 @@ from .store import ArtifactStore
 from .writer import ArtifactWriter
 
 __all__ = [
+    "StoreRoot",
+    "check_store_root",
     "ArtifactExistsError",
     "ArtifactNotCommittedError",
     "ArtifactStore",

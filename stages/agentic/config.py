@@ -19,7 +19,7 @@ from stages.common.config import (
     SamplingSettings,
     StageIO,
 )
-from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, Seed
 
 
 class AgenticRecipe(BaseModel):
@@ -64,4 +64,4 @@ class AgenticRlConfig(AgenticRecipe, StageIO):
     stage_name: ClassVar[str] = "agentic_rl"
     entry_module: ClassVar[str] = "stages.agentic.train"
 
-    data_seed: int = Field(0, description="the seed the suites were generated with (rebuilds search graphs)")
+    data_seed: Seed = Field(0, description="the seed the suites were generated with (rebuilds search graphs)")

@@ -18,9 +18,10 @@ from pydantic.json_schema import SkipJsonSchema
 from data_contracts import CHAT_V1
 from data_contracts.contract import Contract
 from infra.launchers import LaunchSettings, LocalLaunch
+from infra.store import StoreRoot
 from model.precision import Precision
 from rollout.protocol import SamplingParams
-from stages.common.recipe import STRICT
+from stages.common.recipe import STRICT, Seed
 
 
 class Provenance(BaseModel):
@@ -41,13 +42,13 @@ class StageIO(BaseModel):
 
     run_id: str = Field("", pattern=r"^([A-Za-z0-9._=+@-]+)?$",
                         description="Names the run's artifacts; left empty, a fresh STAGE-TIME-XXXX.")
-    store: str | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
+    store: StoreRoot | None = Field(None, description="Artifact store root; default $POSTTRAIN_STORE or ./artifacts.")
     init_checkpoint: str = Field(..., description="The committed checkpoint to start from: STAGE:latest (e.g. "
                                                   "sft:latest), a name inside the store, or a URI.")
     datasets: list[str] = Field(..., min_length=1, description="Committed datasets (train/test splits): NAME:latest "
                                                                "(e.g. arith:latest), names inside the store, or URIs.")
     output_name: str = Field("", description="Artifact name of the final checkpoint; default checkpoints/STAGE/RUN_ID.")
-    seed: int = 0
+    seed: Seed = 0
     launch: LaunchSettings = Field(default_factory=LocalLaunch, description=(
         "Where the job runs: this machine, a Slurm cluster, several hosts through DeepSpeed's launcher, or "
         "Kubernetes. The trainer and its results are the same everywhere."))

@@ -5,13 +5,17 @@ in its class body (`_stage_defaults = STAGE_DEFAULTS`), where pydantic collects 
 from __future__ import annotations
 
 from dataclasses import is_dataclass
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import to_jsonable_python
 
 # Every stage config and settings model: unknown fields and non-finite numbers (NaN, ±Infinity, and
 # JSON's 1e999) are refused with the field's name, before any job starts.
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+# A seed every generator takes as given: numpy's refuses one of 2**32 or more, and a negative one.
+Seed = Annotated[int, Field(ge=0, lt=2**32)]
 
 
 def fill_stage_defaults(recipe: type[BaseModel], data):

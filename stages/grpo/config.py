@@ -8,7 +8,7 @@ from typing import ClassVar
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
-from rewards.loading import RewardModuleError, resolve_reward_target
+from rewards.loading import RewardModuleError, check_reward_params
 from rollout.engine_settings import EngineSettings
 from stages.common.config import (
     ComputeSettings,
@@ -31,16 +31,16 @@ class RewardSpec(BaseModel):
     weight: float = 1.0
     params: dict = Field(default_factory=dict)
 
-    @field_validator("path")
-    @classmethod
-    def _a_reward_module(cls, path: str) -> str:
-        """A form or a run.json naming anything but a reward module is refused as it is read, not at the
-        job's first scoring step; nothing is constructed either way."""
+    @model_validator(mode="after")
+    def _a_reward_module_that_takes_these_params(self):
+        """A spec, a form or a run.json naming anything but a reward module, or params it does not take, is
+        refused as it is read, by the check the trainer's load runs, not at the job's first scoring step;
+        nothing is constructed either way."""
         try:
-            resolve_reward_target(path)
+            check_reward_params(self.path, self.params)
         except RewardModuleError as error:
             raise ValueError(str(error)) from None
-        return path
+        return self
 
 
 class AnchorSettings(BaseModel):
@@ -72,14 +72,16 @@ class GrpoRecipe(BaseModel):
     @field_validator("rewards", mode="before")
     @classmethod
     def _name_each_reward(cls, specs):
-        """A form's or a spec's wrong reward path is named by its place (rewards[0].path) in one line."""
+        """A form's or a spec's wrong reward path or params are named by their place (rewards[0].path) in one line."""
         for index, spec in enumerate(specs if isinstance(specs, list) else []):
             path = spec.get("path") if isinstance(spec, dict) else getattr(spec, "path", None)
-            if isinstance(path, str):
+            params = spec.get("params", {}) if isinstance(spec, dict) else getattr(spec, "params", {})
+            if isinstance(path, str) and isinstance(params, dict):
                 try:
-                    resolve_reward_target(path)
+                    check_reward_params(path, params)
                 except RewardModuleError as error:
-                    raise ValueError(f"rewards[{index}].path: {error}") from None
+                    raise ValueError(f"rewards[{index}].{'params' if 'params' in str(error) else 'path'}: "
+                                     f"{error}") from None
         return specs
     reward_timeout_s: float = Field(60.0, gt=0)
     frozen: list[str] = Field(default_factory=list, description="globs of parameter names RL leaves as they are, "
