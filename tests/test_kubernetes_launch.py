@@ -407,3 +407,20 @@ def test_the_client_submits_follows_and_deletes_through_the_api(api_server, tmp_
         ("DELETE", f"/apis/kubeflow.org/v1/namespaces/training/pytorchjobs/{name}?propagationPolicy=Foreground"),
         ("DELETE", f"/api/v1/namespaces/training/configmaps/{name}")]
     assert job.poll() == JobEnd("CANCELLED", 143)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"image": "repo/img:1\nrm -rf /"}, "image"),
+    ({"service_account": "../admin"}, "service_account"),
+    ({"image_pull_secret": "Secret With Spaces"}, "image_pull_secret"),
+    ({"priority_class": "x;y"}, "priority_class"),
+    ({"scratch_claim": "-claim"}, "scratch_claim"),
+    ({"volumes": [{"name": "cache", "claim": "a/b", "mount_path": "/cache"}]}, "volumes.0.claim"),
+    ({"node_selector": {"gpu type": "h100"}}, "node_selector"),
+    ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "a b"}]}, "tolerations.0.value"),
+])
+def test_every_name_a_pod_spec_carries_is_checked_as_the_kubernetes_name_it_is(change, field):
+    with pytest.raises(ValidationError, match=field.replace(".", r"\.")):
+        KubernetesLaunch(**{"image": "ghcr.io/org/posttrain:1.0", **change})
+    assert KubernetesLaunch(image="ghcr.io/org/posttrain:1.0@sha256:0abc", service_account="bucket-reader",
+                            node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}).image

@@ -134,3 +134,16 @@ def test_a_container_image_is_one_word_of_the_srun_command(tmp_path):
     srun = next(line for line in script.splitlines() if line.startswith("srun "))
     assert f"'--container-image=img; touch {marker}'" in srun
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+@pytest.mark.parametrize("launch, field", [
+    ({"hosts": [{"name": "gpu1\n"}]}, "hosts.0.name"),  # a second hostfile line
+    ({"hosts": [{"name": "-oProxyCommand=touch PWNED"}]}, "hosts.0.name"),  # an ssh option
+    ({"master_addr": "a b;c"}, "master_addr"),
+    ({"environment": {"OK\n": "x"}}, "environment"),
+    ({"environment": {"OK": "x\rtouch PWNED"}}, "environment"),
+])
+def test_deepspeed_hosts_and_variables_are_names_and_one_line_values(launch, field):
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        DeepSpeedLaunch(**launch)
+    assert DeepSpeedLaunch(hosts=[{"name": "gpu-1.cluster"}], master_addr="10.0.0.1").master_addr == "10.0.0.1"

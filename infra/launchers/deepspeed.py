@@ -27,7 +27,9 @@ from infra.lifetime import environment_for_other_machines
 # tracking, the hub, DeepSpeed's accelerator, our own settings (less the owner pid: a process of this machine).
 FORWARDED_PREFIXES = ("POSTTRAIN_", "AWS_", "WANDB_", "HF_", "DS_", "NCCL_", "OMP_NUM_THREADS", "GLIBC_TUNABLES",
                       "TOKENIZERS_PARALLELISM", "PYTHONUNBUFFERED")
-HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+# A host name or an IPv4 address: it becomes a hostfile line and an ssh target, where a leading '-' would be
+# an option and a line break a second host.
+HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9.-]*$"
 
 
 class Host(BaseModel):
@@ -38,7 +40,7 @@ class Host(BaseModel):
     @field_validator("name")
     @classmethod
     def _a_host_name(cls, name: str) -> str:
-        if not HOST_NAME.match(name):
+        if not re.fullmatch(HOST_NAME, name):
             raise ValueError(f"{name!r} is not a host name")
         return name
 
@@ -51,7 +53,8 @@ class DeepSpeedLaunch(BaseModel):
     hosts: list[Host] = Field(default_factory=list, description="The hostfile, one entry per host; empty: the "
                                                                 "nodes of the Slurm allocation this runs in.")
     slots_per_host: int = Field(1, ge=1, description="Ranks per node when the hosts come from a Slurm allocation.")
-    master_addr: str | None = Field(None, description="Rendezvous address; default the first host's.")
+    master_addr: str | None = Field(None, pattern=HOST_NAME, description="Rendezvous address (a host name or IP); "
+                                                                         "default the first host's.")
     master_port: int = Field(29500, ge=1024, le=65535)
     ssh_port: int | None = Field(None, ge=1, le=65535, description="ssh port on the hosts; default ssh's own.")
     environment: Environment = Field(default_factory=dict, description="More variables for every rank "

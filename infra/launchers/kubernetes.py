@@ -18,7 +18,7 @@ import os
 import re
 import secrets
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+# What Kubernetes names claims, secrets, service accounts and priority classes by (RFC 1123 subdomains):
+# a field is the name of an object, never text that reaches a manifest or a command as something else.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+# A label or taint key: an optional DNS-subdomain prefix and a name (nvidia.com/gpu.product).
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+IMAGE = r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"  # registry/path:tag@sha256:digest, one word
 # The operator's pods and Services are <name>-worker-<i>, an Indexed Job's pod host names <name>-<i>:
 # DNS labels of at most 63 characters, so the job's own name stays well below.
 NAME_LIMIT = 40
@@ -49,15 +56,15 @@ FORWARDED = ("POSTTRAIN_STORE", "POSTTRAIN_S3_ENDPOINT_URL")
 class VolumeClaim(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(..., pattern=DNS_LABEL, description="Volume name in the pods.")
-    claim: str = Field(..., min_length=1, description="A PersistentVolumeClaim in the job's namespace.")
+    claim: str = Field(..., pattern=DNS_SUBDOMAIN, description="A PersistentVolumeClaim in the job's namespace.")
     mount_path: str = Field(..., pattern=r"^/", description="Where the ranks see it.")
 
 
 class Toleration(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    key: str = Field(..., min_length=1, description="The taint's key (e.g. nvidia.com/gpu).")
+    key: str = Field(..., pattern=LABEL_KEY, description="The taint's key (e.g. nvidia.com/gpu).")
     operator: Literal["Exists", "Equal"] = Field("Exists", description="Any value of the key, or the one in value.")
-    value: str | None = Field(None, description="The taint's value, with operator Equal.")
+    value: str | None = Field(None, pattern=LABEL_VALUE, description="The taint's value, with operator Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="The taint effect tolerated; default all.")
 
@@ -76,7 +83,7 @@ class KubernetesLaunch(BaseModel):
     manifest: Literal["pytorchjob", "indexed-job"] = Field(
         "pytorchjob", description="A Kubeflow PyTorchJob (needs the training operator) or a plain Indexed Job "
                                   "with a headless Service for the rendezvous.")
-    image: str = Field(..., min_length=1, description="An image of this repository with its .venv "
+    image: str = Field(..., pattern=IMAGE, description="An image of this repository with its .venv "
                                                       "(built for CUDA on GPU nodes).")
     namespace: str = Field("default", pattern=DNS_LABEL, description="Namespace of the job and its objects.")
     nodes: int = Field(1, ge=1, description="Pods, one per node.")
@@ -89,17 +96,18 @@ class KubernetesLaunch(BaseModel):
                                      "AWS_ENDPOINT_URL), and any other secret (WANDB_API_KEY).")
     volumes: list[VolumeClaim] = Field(default_factory=list, description="Claims to mount in every pod (a "
                                        "model cache; a file store, mounted at the path the config names).")
-    scratch_claim: str | None = Field(None, description="A ReadWriteMany claim for the job's scratch folder "
+    scratch_claim: str | None = Field(None, pattern=DNS_SUBDOMAIN, description="A ReadWriteMany claim for the job's scratch folder "
                                       "(/scratch/JOB_NAME, left there), for engines outside the job that "
                                       "load pushed weights from it; default a folder on each node.")
     environment: Environment = Field(default_factory=dict, description="More variables for every rank.")
-    service_account: str | None = Field(None, description="The pods' service account (e.g. one with a cloud "
+    service_account: str | None = Field(None, pattern=DNS_SUBDOMAIN, description="The pods' service account (e.g. one with a cloud "
                                                           "role for the bucket instead of store_secret).")
-    image_pull_secret: str | None = Field(None, description="A Secret for pulling the image from a private registry.")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pods require "
+    image_pull_secret: str | None = Field(None, pattern=DNS_SUBDOMAIN, description="A Secret for pulling the image from a private registry.")
+    node_selector: dict[Annotated[str, Field(pattern=LABEL_KEY)], Annotated[str, Field(pattern=LABEL_VALUE)]] = Field(
+        default_factory=dict, description="Node labels the pods require "
                                           "(e.g. nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3).")
     tolerations: list[Toleration] = Field(default_factory=list, description="Taints of GPU nodes the pods tolerate.")
-    priority_class: str | None = Field(None, description="The pods' PriorityClass.")
+    priority_class: str | None = Field(None, pattern=DNS_SUBDOMAIN, description="The pods' PriorityClass.")
     working_dir: str = Field("/app", pattern=r"^/", description="The repository's folder in the image.")
     python: str = Field(".venv/bin/python", description="The image's Python, relative to working_dir or absolute.")
     master_port: int = Field(29500, ge=1024, le=65535, description="Rendezvous port on pod 0.")
