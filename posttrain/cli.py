@@ -149,7 +149,7 @@ def _opened(uri: str, store: str | None, debug: bool, open_resolved):
 def prepare(
     store: str = store_option(),
     preset: str = typer.Option("glm5-tiny", help="Model preset of the initial checkpoint."),
-    seed: int = typer.Option(0, help="Seed for data, tokenizer corpus and model initialisation."),
+    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed for data, tokenizer corpus and model initialisation."),
     out: Path = typer.Option(None, help="Also write the URIs as JSON to this file."),
 ) -> None:
     """Stage 0 alone: publish the embedded suites, train the tokenizer, build the initial checkpoint."""
