@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,12 +23,64 @@ ROLES = ("system", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                   "tool": "tool", "observation": "tool", "function_response": "tool"}
 MAX_TEXT_CHARS = 1_000_000  # a message past this is a broken export, not a conversation
+# A record's JSON text (a JSONL line): room for several messages at MAX_TEXT_CHARS, even \u-escaped, while a line
+# with no end (a file of zeros) is refused before it is held in memory.
+MAX_RECORD_BYTES = 16 * MAX_TEXT_CHARS
+# Objects and arrays inside each other: a real record nests a handful deep (a tool's schema a few more); deeper is a
+# broken or hostile file, and it would exhaust the parser's recursion here or json.dumps' later.
+MAX_DEPTH = 64
+MAX_ID_CHARS = 256  # an id names a row in splits, lineage and every message about it; it is not content
 
 
 class RowProblem(ValueError):
     def __init__(self, field: str, detail: str):
         super().__init__(f"{field}: {detail}")
         self.field, self.detail = field, detail
+
+
+def parse_json(text: str, field: str) -> Any:
+    """`text` as a JSON value, refused as a RowProblem naming `field` when it is not JSON, when it writes NaN or
+    Infinity (Python's parser takes them, JSON has no such numbers), or when it nests deeper than MAX_DEPTH."""
+    def refuse(constant: str) -> None:
+        raise RowProblem(field, f"{constant} is not valid JSON (a number must be finite)")
+
+    try:
+        value = json.loads(text, parse_constant=refuse)
+    except json.JSONDecodeError as error:
+        raise RowProblem(field, f"is not JSON ({error.msg} at column {error.colno})") from None
+    except RowProblem:
+        raise
+    except ValueError as error:  # an integer of more digits than Python converts (4,300 by default)
+        raise RowProblem(field, f"holds a number too long to read ({str(error).split(':')[0]})") from None
+    except RecursionError:  # the parser's own limit (about 1,000 levels) comes before the walk below
+        raise RowProblem(field, f"nested deeper than {MAX_DEPTH} levels of objects and arrays") from None
+    _check_parsed(value, field)
+    return value
+
+
+def _check_parsed(value: Any, field: str) -> None:
+    """Nesting within MAX_DEPTH, and no lone surrogate (a `\\ud800` escape, valid JSON, has no UTF-8 to store)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise RowProblem(field, f"holds a lone surrogate {item[error.start]!a}, which is not text") from None
+        elif isinstance(item, (dict, list)):
+            if depth == MAX_DEPTH:
+                raise RowProblem(field, f"nested deeper than {MAX_DEPTH} levels of objects and arrays")
+            stack.extend((child, depth + 1) for child in ([*item, *item.values()] if isinstance(item, dict) else item))
+
+
+def _json_text(value: Any, field: str) -> str:
+    """`value` as the JSON text a row stores; a Parquet or `datasets` row can hold what JSON cannot write (NaN or
+    Infinity in a float column, bytes, a timestamp), which would otherwise be stored as invalid JSON or fail unnamed."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise RowProblem(field, f"cannot be written as JSON ({error})") from None
 
 
 def _text(value: Any, field: str, *, allow_empty: bool = True) -> str:
@@ -47,13 +100,10 @@ def _tool_call(call: Any, field: str) -> dict:
     name = _text(function.get("name"), f"{field}.name", allow_empty=False)
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError as error:
-            raise RowProblem(f"{field}.arguments", f"is not JSON ({error.msg})") from None
+        arguments = parse_json(arguments, f"{field}.arguments")
     if not isinstance(arguments, Mapping):
         raise RowProblem(f"{field}.arguments", "must be a JSON object")
-    return {"name": name, "arguments_json": json.dumps(arguments, ensure_ascii=False)}
+    return {"name": name, "arguments_json": _json_text(arguments, f"{field}.arguments")}
 
 
 def _message(raw: Any, field: str) -> dict:
@@ -118,9 +168,27 @@ def _check_turns(messages: list[dict], field: str) -> None:
 
 
 def _row_id(record: Mapping, prefix: str) -> str:
-    if isinstance(record.get("id"), (str, int)) and str(record["id"]).strip():
-        return str(record["id"])
+    """The record's own id, or one made from its content when it has none (absent, null or blank)."""
+    given = record.get("id")
+    # A float id (1.0, or NaN: a Parquet integer column with a missing value becomes floats) is refused, not hashed
+    # into another id; a bool is an int to Python but no id.
+    if given is not None and (isinstance(given, bool) or not isinstance(given, (str, int))):
+        raise RowProblem("id", f"must be a string or an integer, got {type(given).__name__}")
+    if given is not None and str(given).strip():
+        given = str(given)
+        if len(given) > MAX_ID_CHARS:
+            raise RowProblem("id", f"{len(given):,} characters; at most {MAX_ID_CHARS}")
+        hidden = next((char for char in given if unicodedata.category(char) in ("Cc", "Cf", "Cs")), None)
+        if hidden is not None:  # an escape sequence or a bidi override would act on the terminal showing the id
+            raise RowProblem("id", f"holds the control or invisible character {hidden!a}; ids are printable text")
+        return given
     return f"{prefix}-{hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]}"
+
+
+def _domain(record: Mapping, suite: str) -> str:
+    """The record's domain, or the dataset's name; a Parquet null or NaN is no domain called "None" or "nan"."""
+    domain = record.get("domain")
+    return suite if domain is None else _text(domain, "domain")
 
 
 def to_chat(record: Mapping, suite: str) -> dict:
@@ -134,7 +202,7 @@ def to_chat(record: Mapping, suite: str) -> dict:
     if mode not in THINKING_MODES:
         raise RowProblem("thinking_mode", f"{mode!r} is not one of {', '.join(THINKING_MODES)}")
     return {"id": _row_id(record, suite), "suite": suite, "split": "", "thinking_mode": mode,
-            "tools_json": json.dumps(tools, ensure_ascii=False) if tools else None, "messages": messages}
+            "tools_json": _json_text(tools, "tools") if tools else None, "messages": messages}
 
 
 def to_prompt(record: Mapping, suite: str) -> dict:
@@ -147,9 +215,9 @@ def to_prompt(record: Mapping, suite: str) -> dict:
     metadata = record.get("metadata", {})
     if not isinstance(metadata, Mapping):
         raise RowProblem("metadata", "must be an object")
-    return {"id": _row_id(record, suite), "domain": str(record.get("domain", suite)), "source": suite,
+    return {"id": _row_id(record, suite), "domain": _domain(record, suite), "source": suite,
             "messages": messages, "reference_answer": None if reference is None else _text(reference, "reference_answer"),
-            "metadata_json": json.dumps(metadata, ensure_ascii=False)}
+            "metadata_json": _json_text(metadata, "metadata")}
 
 
 def to_preference(record: Mapping, suite: str) -> dict:
@@ -161,7 +229,7 @@ def to_preference(record: Mapping, suite: str) -> dict:
     rejected = _text(record.get("rejected"), "rejected", allow_empty=False)
     if chosen == rejected:
         raise RowProblem("rejected", "equals chosen: a pair teaches nothing")
-    return {"id": _row_id(record, suite), "domain": str(record.get("domain", suite)), "prompt": messages,
+    return {"id": _row_id(record, suite), "domain": _domain(record, suite), "prompt": messages,
             "chosen": chosen, "rejected": rejected, "source": suite}
 
 

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from data_contracts import read_parquet, write_parquet
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions, source_digest
 from data_prep.difficulty_settings import DifficultyFilterSettings
-from data_prep.import_data import safe_label
+from data_prep.import_data import check_dataset_name, safe_label
 from data_prep.pass_rates import PassCount, Progress, pass_counts
 from infra.publish import parent_ref, publish_for_inputs
 from infra.store import ArtifactStore, CommittedArtifact
@@ -68,7 +68,7 @@ def filter_by_difficulty(store: ArtifactStore, dataset_uri: str, checkpoint_uri:
     test split unchanged, committed as the dataset `name` (default: the source's name with `-filtered`)."""
     source, checkpoint = store.open(dataset_uri), store.open(checkpoint_uri)
     source_lineage = Lineage.model_validate(source.lineage())
-    label = safe_label(name or f"{source_lineage.name}-filtered")
+    label = check_dataset_name(name) if name is not None else safe_label(f"{source_lineage.name}-filtered")
     reward = load_reward_module(settings.reward, settings.reward_params)
     rewards = reward_module_refs(settings.reward, reward, settings.reward_params)
     decided_by = {"source": source.digest, "checkpoint": checkpoint.digest,

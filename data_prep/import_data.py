@@ -16,10 +16,15 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from data_contracts import ContractError, validate_table, write_parquet
-from data_contracts.importers import IMPORTERS, RowProblem
+from data_contracts.importers import IMPORTERS, MAX_RECORD_BYTES, RowProblem, parse_json
 from data_contracts.lineage import Lineage, config_digest, current_code_version, library_versions
+from data_contracts.regular_files import open_regular_file
 from data_contracts.rows import table_from_rows
 from infra.publish import content_digest, publish_directory
 from infra.store import ArtifactStore, CommittedArtifact, sha256_file
@@ -27,6 +32,12 @@ from infra.store import ArtifactStore, CommittedArtifact, sha256_file
 
 class ImportFailed(ValueError):
     pass
+
+
+# What a dataset's name may be: every such name is a store key segment (infra.store.keys) and reads back the same in
+# `NAME:latest`; none is hidden (a leading dot) or a path step (`..`).
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+NAME_RULE = "ASCII letters, digits, '.', '_' and '-', starting with a letter or digit, at most 100 characters"
 
 
 @dataclass
@@ -39,8 +50,9 @@ class Imported:
 
 
 def read_records(path: Path) -> Iterator[tuple[str, object]]:
-    """(where, record) for every record: JSONL line by line (so a bad line is named), Parquet and a
-    `save_to_disk` folder through the `datasets` library."""
+    """(where, record) for every record: JSONL line by line (so a bad line is named), Parquet batch by batch, and a
+    `save_to_disk` folder through the `datasets` library. A file is read only if it is a regular file (`/dev/zero`
+    has no end, a FIFO would block the import), and through the descriptor that was checked."""
     if path.is_dir():
         import datasets
 
@@ -51,23 +63,49 @@ def read_records(path: Path) -> Iterator[tuple[str, object]]:
             return
         yield from ((f"{path} row {i}", record) for i, record in enumerate(loaded))
         return
-    if path.suffix == ".parquet":
-        import datasets
+    try:
+        handle = open_regular_file(path)
+    except OSError as error:  # not a regular file, or one this user may not read
+        raise ImportFailed(str(error)) from None
+    with handle:
+        yield from (_parquet_records(path, handle) if path.suffix == ".parquet" else _jsonl_records(path, handle))
 
-        for i, record in enumerate(datasets.Dataset.from_parquet(str(path))):
-            yield f"{path} row {i}", record
-        return
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            where = f"{path} line {number}"
-            if not raw.strip():
-                continue
-            try:
-                yield where, json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as error:
-                yield where, RowProblem("line", f"is not UTF-8 (byte {error.start})")
-            except json.JSONDecodeError as error:
-                yield where, RowProblem("line", f"is not JSON ({error.msg} at column {error.colno})")
+
+def _parquet_records(path: Path, handle: BinaryIO) -> Iterator[tuple[str, object]]:
+    # pyarrow reads the checked descriptor; `datasets.Dataset.from_parquet` would reopen the path and write an Arrow
+    # copy of the file into its cache, outside the store.
+    try:
+        number = 0
+        for batch in pq.ParquetFile(handle).iter_batches():
+            for record in batch.to_pylist():
+                yield f"{path} row {number}", record
+                number += 1
+    except pa.ArrowException as error:
+        raise ImportFailed(f"{path}: not a Parquet file this can read ({error})") from None
+
+
+def _jsonl_records(path: Path, handle: BinaryIO) -> Iterator[tuple[str, object]]:
+    # No cap on the file's size: a regular file ends, it is read a line at a time, and a line past MAX_RECORD_BYTES
+    # stops the read, so memory holds the good rows and never an unbounded line.
+    number = 0
+    while raw := handle.readline(MAX_RECORD_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_RECORD_BYTES and not raw.endswith(b"\n"):
+            # Not skipped as one bad row: finding its end could mean reading terabytes (a sparse file of zeros).
+            raise ImportFailed(f"{path} line {number}: longer than {MAX_RECORD_BYTES:,} bytes, the most one record "
+                               "takes; is this a JSONL file?")
+        if raw.strip():
+            yield f"{path} line {number}", _line_record(raw)
+
+
+def _line_record(raw: bytes) -> object:
+    """A JSONL line's record, or the RowProblem that says why it is none."""
+    try:
+        return parse_json(raw.decode("utf-8"), "line")
+    except UnicodeDecodeError as error:
+        return RowProblem("line", f"is not UTF-8 (byte {error.start})")
+    except RowProblem as problem:
+        return problem
 
 
 def _split_of(row_id: str, seed: int, test_fraction: float) -> str:
@@ -96,12 +134,28 @@ def import_dataset(store: ArtifactStore, path: Path, kind: str, *, name: str | N
 
 
 def dataset_label(path: Path, name: str | None) -> str:
-    return safe_label(name or (path.stem if path.is_file() else path.name))
+    """The dataset's name in the store: `name` (--name, or a spec's `data.imports` key) as it is given, or without
+    one a name made from the file's."""
+    return safe_label(path.stem if path.is_file() else path.name) if name is None else check_dataset_name(name)
+
+
+def check_dataset_name(name: str) -> str:
+    """`name` if it keeps NAME_RULE; a name a person gave is refused, never rewritten into another they did not
+    choose. ascii() shows a look-alike (a Cyrillic letter for a Latin one) or a control character as it is."""
+    if not DATASET_NAME.fullmatch(name):
+        shown = ascii(name) if len(name) <= 100 else f"{ascii(name[:100])}... ({len(name):,} characters)"
+        raise ImportFailed(f"dataset name {shown}: not allowed; a name is {NAME_RULE}")
+    return name
 
 
 def safe_label(text: str) -> str:
-    """`text` as a dataset's name in the store: what a store key and `NAME:latest` can carry."""
-    return re.sub(r"[^A-Za-z0-9._=+@-]", "-", text)
+    """`text` made into a name that keeps NAME_RULE: each run of other characters becomes one '-', and dots, dashes
+    and underscores at either end go (`.hidden` gives `hidden`, never a hidden folder); refused if nothing is left."""
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("._-")[:100]
+    if not label:
+        raise ImportFailed(f"{ascii(text)} has no ASCII letter or digit to make a dataset name of; name the "
+                           "dataset (--name)")
+    return label
 
 
 def convert_records(path: Path, kind: str, label: str) -> tuple[list[dict], list[str], list[dict]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_prep.import_data import convert_records, dataset_label
+from data_prep.import_data import ImportFailed, convert_records, dataset_label
 from flows.spec import PipelineSpec
 from flows.stage_table import STAGES
 from infra.references import UnresolvedReference, resolve_checkpoint, resolve_dataset
@@ -43,7 +43,11 @@ def plan_spec(spec: PipelineSpec, base: Path) -> Plan:
         if not path.exists():
             problems.append(f"data.imports.{name}.path: {path}: no such file or folder")
             continue
-        rows, bad, _ = convert_records(path, entry.kind, dataset_label(path, name))
+        try:
+            rows, bad, _ = convert_records(path, entry.kind, dataset_label(path, name))
+        except ImportFailed as error:  # a device or FIFO, a file past the limits, a name the store cannot hold
+            problems.append(f"data.imports.{name}: {error}")
+            continue
         data.append(f"{name}: {path} as {entry.kind}, {len(rows)} rows" + (f", {len(bad)} bad" if bad else ""))
         if bad and not entry.skip_bad_rows:
             problems.append(f"data.imports.{name}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))

@@ -144,3 +144,15 @@ def test_every_command_that_reads_a_store_takes_store_and_checks_it(tmp_path):
         result = CliRunner().invoke(app, [*command, "--store", "/proc/self"], env={"COLUMNS": "200"})
         assert result.exit_code == 2 and "--store" in result.output and "kernel or device" in result.output, command
         assert len(result.output.strip().splitlines()) == 1
+
+
+def test_spec_check_names_an_import_that_is_a_device_or_a_fifo_as_a_problem_of_that_import(tmp_path):
+    from flows.spec_plan import plan_spec
+
+    os.mkfifo(tmp_path / "rows.jsonl")
+    (tmp_path / "spec.yaml").write_text("model: {preset: glm5-tiny}\ndata: {imports: {\n"
+                                        "  fifo: {path: rows.jsonl, as: chat}, zero: {path: /dev/zero, as: chat}}}\n"
+                                        "stages:\n  sft: {datasets: [fifo, zero]}\n")
+    plan = plan_spec(*load_spec(tmp_path / "spec.yaml"))
+    assert [problem.split(":")[0] for problem in plan.problems] == ["data.imports.fifo", "data.imports.zero"]
+    assert "a FIFO" in plan.problems[0] and "a character device" in plan.problems[1]
