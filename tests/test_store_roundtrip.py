@@ -106,3 +106,10 @@ def test_artifacts_do_not_nest(store_root: str) -> None:
     with pytest.raises(ArtifactStoreError, match="enclose committed artifact runs/r1"):
         enclosing.commit({})
     assert store.open("runs/r1").verify() == []
+
+
+@pytest.mark.parametrize("name", ["datasets/.hidden", ".x/y", "datasets/.x.0123abcd.tmp"])
+def test_a_name_segment_starting_with_a_dot_is_refused(tmp_path: Path, name: str) -> None:
+    # hidden from a listing of the folder, and the shape of the file backend's temporary files
+    with pytest.raises(ValueError, match="starts with '.'"):
+        open_store(str(tmp_path)).begin(name)

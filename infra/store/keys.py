@@ -33,7 +33,11 @@ def validate_name(name: str) -> str:
     """Check an artifact name such as ``checkpoints/sft/run-1``."""
     for segment in _segments(name, "artifact name"):
         if not _NAME_SEGMENT.fullmatch(segment) or segment in (SUCCESS, CLAIMS):
-            raise ValueError(f"artifact name {name!r}: segment {segment!r} is not allowed")
+            # ascii(): a look-alike letter (Cyrillic а for Latin a) shows as what it is
+            raise ValueError(f"artifact name {ascii(name)}: segment {ascii(segment)} is not allowed (ASCII letters, "
+                             "digits and . _ = + @ -)")
+        if segment.startswith("."):  # a hidden folder, and the shape of the file backend's temporary files
+            raise ValueError(f"artifact name {name!r}: segment {segment!r} starts with '.'")
     return name
 
 
