@@ -15,6 +15,8 @@ import os
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -329,7 +331,7 @@ def store_cases(scratch: Path) -> list[Case]:
         ("empty segment", begin("data//x"), "data//x"),
         ("a 300-character segment", begin("x" * 300), "255 bytes"),
         ("name with a space", begin("data/my set"), "my set"),
-        ("non-ASCII name", begin("data/ä"), "ä"),
+        ("non-ASCII name", begin("data/ä"), "\\xe4"),  # shown escaped: a look-alike shows as what it is
         ("_SUCCESS as a segment", begin("data/_SUCCESS"), "_SUCCESS"),
         ("_CLAIM as a segment", begin("data/_CLAIM/x"), "_CLAIM"),
         ("empty name", begin(""), "''"),
@@ -340,6 +342,9 @@ def store_cases(scratch: Path) -> list[Case]:
         ("file with a control character", put("a\x00b"), "control character"),
         ("file with a backslash", put("a\\b"), "backslash"),
         ("other content under a committed name", recommit, "already committed"),
+        ("a hidden segment", begin("data/.hidden"), "starts with '.'"),
+        ("a Cyrillic look-alike", begin("data/\u0430rith"), "\\u0430rith"),
+        ("a trailing line break", begin("data/x\n"), "not allowed"),
     ]
     return [Case("store", what, attempt, names) for what, attempt, names in cases]
 
@@ -364,8 +369,217 @@ def lineage_cases(scratch: Path) -> list[Case]:
         ("an http:// URI", lineage("http://example.com/x"), "http://example.com/x"),
         ("an empty name", lineage(""), "''"),
         ("--verify on a name not committed", lineage("data/never", "--verify"), "data/never"),
+        ("--store on a kernel file system", lineage("data/taken", "--store", "/proc/self"), "--store"),
+        ("--store s3:// with a port", lineage("data/taken", "--store", "s3://127.0.0.1:9/x"), "bucket name"),
     ]
     return [Case("lineage names", what, attempt, names) for what, attempt, names in cases]
+
+
+# -- data import: `posttrain data import FILE` -------------------------------------------------------
+
+def data_import_cases(scratch: Path) -> list[Case]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from posttrain.cli import app
+
+    folder = scratch / "imports"
+    folder.mkdir()
+    env = {"POSTTRAIN_STORE": str(scratch / "import-store"), "COLUMNS": "200"}
+    chat = {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
+
+    def jsonl(name: str, *lines: str) -> Path:
+        path = folder / name
+        path.write_text("".join(line + "\n" for line in lines))
+        return path
+
+    def parquet(name: str, columns: dict) -> Path:
+        path = folder / name
+        pq.write_table(pa.table(columns), path)
+        return path
+
+    def imported(path: Path | str, kind: str = "chat", *options: str):
+        return lambda: CliRunner().invoke(app, ["data", "import", str(path), "--as", kind, *options], env=env)
+
+    good = jsonl("good.jsonl", json.dumps(chat))
+    fifo = folder / "fifo.jsonl"
+    os.mkfifo(fifo)
+    sparse = jsonl("sparse.jsonl", json.dumps(chat))
+    os.truncate(sparse, 64 << 20)  # 64 MiB of zeros after the first line, no newline, sparse on disk
+    tool_call = {"role": "assistant", "content": "", "tool_calls": [{"function": {
+        "name": "calc", "arguments": "[" * 200_000 + "]" * 200_000}}]}
+    cases = [
+        ("/dev/zero as the data file", imported("/dev/zero"), "character device"),
+        ("a FIFO as the data file", imported(fifo), "FIFO"),
+        ("a 64 MiB line of zeros", imported(sparse), "16,000,000 bytes"),
+        ("200,000 nested arrays", imported(jsonl("deep.jsonl", "[" * 200_000 + "]" * 200_000)), "nested deeper"),
+        ("200,000 nested arrays in tool arguments", imported(jsonl("deep-args.jsonl", json.dumps({"messages": [
+            chat["messages"][0], tool_call, {"role": "tool", "content": "4"}, chat["messages"][1]]}))),
+         "tool_calls[0].arguments"),
+        ("--name ../../../tmp/x", imported(good, "chat", "--name", "../../../tmp/x"), "dataset name"),
+        ("--name %2e%2e/x", imported(good, "chat", "--name", "%2e%2e/x"), "dataset name"),
+        ("--name with a Cyrillic a", imported(good, "chat", "--name", "d\u0430ta"), r"\u0430"),
+        ("--name .hidden", imported(good, "chat", "--name", ".hidden"), "starting with a letter or digit"),
+        ("a file named in katakana, no --name", imported(jsonl("\u30c7\u30fc\u30bf.jsonl", json.dumps(chat))), "--name"),
+        ("a 5 MB id", imported(jsonl("big-id.jsonl", json.dumps({**chat, "id": "x" * 5_000_000}))), "at most 256"),
+        ("an id with a terminal escape", imported(jsonl("escape-id.jsonl", json.dumps({**chat, "id": "a\x1b[2Jb"}))),
+         "control or invisible character"),
+        ("a NaN prompt", imported(jsonl("nan.jsonl", '{"prompt": NaN}'), "prompt"), "NaN is not valid JSON"),
+        ("-Infinity in metadata", imported(jsonl("inf.jsonl", '{"prompt": "2+2?", "metadata": {"x": -Infinity}}'),
+                                           "prompt"), "-Infinity is not valid JSON"),
+        ("an integer of 5,000 digits", imported(jsonl("digits.jsonl", '{"id": ' + "9" * 5000 + "}")),
+         "number too long"),
+        ("a lone surrogate escape", imported(jsonl("surrogate.jsonl", '{"prompt": "\\ud800", "completion": "4"}')),
+         "lone surrogate"),
+        ("a Parquet float id column with NaN", imported(parquet("nan-id.parquet", {
+            "prompt": ["2+2?", "3+3?"], "id": [1.0, float("nan")]}), "prompt"), "id: must be a string or an integer"),
+        ("NaN in a Parquet metadata struct", imported(parquet("nan-meta.parquet", {
+            "prompt": ["2+2?"], "metadata": [{"x": float("nan")}]}), "prompt"), "metadata: cannot be written as JSON"),
+        ("a .parquet file that is JSONL", imported(jsonl("fake.parquet", json.dumps(chat))), "not a Parquet file"),
+    ]
+    return [Case("data import", what, attempt, names) for what, attempt, names in cases]
+
+
+# -- spec files: `posttrain spec check FILE` ---------------------------------------------------------
+
+def anchor_bomb(levels: int = 9) -> str:
+    """A spec whose reward params hold `levels` anchors, each a list of nine aliases of the one before:
+    9**levels strings once expanded, a few hundred bytes as written."""
+    names = "abcdefghijklmnopqrstuvwxyz"[:levels]
+    params = [f'          {names[0]}: &{names[0]} [{", ".join(["lol"] * 9)}]']
+    params += [f"          {name}: &{name} [{', '.join([f'*{before}'] * 9)}]"
+               for before, name in zip(names, names[1:], strict=False)]
+    return ("model: {preset: glm5-tiny}\ndata: {suites: {instruct: {}}}\nstages:\n  general_rl:\n"
+            "    datasets: [instruct]\n    rewards:\n      - path: rewards.rules.InstructSoft\n        params:\n"
+            + "\n".join(params) + "\n")
+
+
+def spec_cases(scratch: Path) -> list[Case]:
+    from flows.spec import load_spec
+    from flows.spec_plan import plan_spec
+    from posttrain.cli import app
+
+    folder = scratch / "specs"
+    folder.mkdir()
+    head = "model: {preset: glm5-tiny}\ndata: {suites: {instruct: {}}}\n"
+
+    def spec(name: str, text: str | bytes) -> Path:
+        path = folder / name
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        return path
+
+    def with_sft(extra: str = "", sft: str = "{datasets: [instruct]}") -> str:
+        return f"{head}{extra}stages:\n  sft: {sft}\n"
+
+    def with_reward(reward: str) -> str:
+        return f"{head}stages:\n  general_rl:\n    datasets: [instruct]\n    rewards: [{reward}]\n"
+
+    def check(path: Path | str):
+        return lambda: CliRunner().invoke(app, ["spec", "check", str(path)], env={"COLUMNS": "200"})
+
+    def planned(path: Path):  # what `spec check` finds after it has printed the plan
+        def attempt():
+            plan = plan_spec(*load_spec(path))
+            if plan.problems:
+                raise ValueError("; ".join(plan.problems))
+            return plan
+        return attempt
+
+    fifo = folder / "fifo.yaml"
+    os.mkfifo(fifo)
+    cases = [
+        ("a YAML anchor bomb in reward params", check(spec("bomb.yaml", anchor_bomb())), "100,000 values"),
+        ("two sft: sections", check(spec("twice.yaml", with_sft() + "  sft: {datasets: [other]}\n")),
+         "duplicate key 'sft'"),
+        ("a reward param the module does not take", check(spec("param.yaml", with_reward(
+            "{path: rewards.rules.InstructSoft, params: {bogus_param: 1}}"))), "bogus_param"),
+        ("a reward path naming a module", check(spec("module.yaml", with_reward("{path: rewards.verifiers}"))),
+         "names a module"),
+        ("a mix component's param", check(spec("mix.yaml", with_reward(
+            "{path: rewards.mix.MixedReward, params: {domains: {instruct: [{path: rewards.rules.InstructSoft, "
+            "params: {x: 1}}]}}}"))), "domains.instruct"),
+        ("suite train -5", check(spec("negative.yaml", with_sft().replace("instruct: {}", "instruct: {train: -5}"))),
+         "train"),
+        ("seed 2**128", check(spec("seed.yaml", with_sft(f"seed: {2**128}\n"))), "seed"),
+        ("store s3://host:port/../..", check(spec("s3.yaml", with_sft('store: "s3://127.0.0.1:9/b/../../x"\n'))),
+         "bucket name"),
+        ("store /proc/self/fd", check(spec("proc.yaml", with_sft("store: /proc/self/fd\n"))), "kernel"),
+        ("/dev/zero as the spec", check("/dev/zero"), "character device"),
+        ("a FIFO as the spec", check(fifo), "FIFO"),
+        ("a 2 MB spec", check(spec("big.yaml", "# " + "x" * (2 << 20) + "\n" + with_sft())), "bytes"),
+        ("100,000 nested lists", check(spec("deep.yaml", "[" * 100_000)), "nested deeper"),
+        ("a python/object tag", check(spec("tag.yaml", with_sft("x: !!python/object/apply:os.system [touch pwned]\n"))),
+         "python/object"),
+        ("Latin-1 bytes", check(spec("latin1.yaml", with_sft().encode() + b"# caf\xe9\n")), "utf-8"),
+        ("a list, not a mapping", check(spec("list.yaml", "- model\n- stages\n")), "mapping"),
+        ("a Slurm partition with a shell line", check(spec("slurm.yaml", with_sft(
+            'launch: {kind: slurm, partition: "gpu\\ntouch pwned"}\n'))), "partition"),
+        ("an import of /dev/zero", planned(spec("import.yaml", head.replace("data: {suites: {instruct: {}}}",
+            "data: {imports: {zero: {path: /dev/zero, as: chat}}}") + "stages:\n  sft: {datasets: [zero]}\n")),
+         "/dev/zero"),
+    ]
+    return [Case("spec files", what, attempt, names) for what, attempt, names in cases]
+
+
+# -- launch fields: what becomes an sbatch script, a hostfile, an ssh target or a pod spec ----------------
+
+def launch_cases() -> list[Case]:
+    from infra.launchers import DeepSpeedLaunch, SlurmLaunch
+    from infra.launchers.kubernetes import KubernetesLaunch
+
+    image = "ghcr.io/org/posttrain:1.0"
+    cases = [
+        ("Slurm partition with a line break", lambda: SlurmLaunch(partition="gpu\ntouch pwned"), "partition"),
+        ("Slurm account with a ;", lambda: SlurmLaunch(account="lab;touch pwned"), "account"),
+        ("sbatch option with a carriage return", lambda: SlurmLaunch(sbatch_options=["--qos=x\rtouch pwned"]),
+         "sbatch option"),
+        ("Slurm time limit as shell", lambda: SlurmLaunch(time_limit="1:00 $(touch pwned)"), "time_limit"),
+        ("DeepSpeed host as an ssh option", lambda: DeepSpeedLaunch(hosts=[{"name": "-oProxyCommand=touch pwned"}]),
+         "hosts.0.name"),
+        ("DeepSpeed host with a trailing line break", lambda: DeepSpeedLaunch(hosts=[{"name": "gpu1\n"}]),
+         "hosts.0.name"),
+        ("DeepSpeed master_addr with a space", lambda: DeepSpeedLaunch(master_addr="a b;c"), "master_addr"),
+        ("a variable's name with a line break", lambda: DeepSpeedLaunch(environment={"A\nB": "1"}), "environment"),
+        ("Kubernetes image with a line break", lambda: KubernetesLaunch(image="img:1\nrm -rf /"), "image"),
+        ("Kubernetes service account ../admin", lambda: KubernetesLaunch(image=image, service_account="../admin"),
+         "service_account"),
+        ("Kubernetes node selector key with a space", lambda: KubernetesLaunch(image=image,
+                                                                               node_selector={"gpu type": "h100"}),
+         "node_selector"),
+        ("Kubernetes master_port 22", lambda: KubernetesLaunch(image=image, master_port=22), "master_port"),
+    ]
+    return [Case("launch fields", what, attempt, names) for what, attempt, names in cases]
+
+
+# -- credentials: the UI's password and the fleet's API key ---------------------------------------------
+
+def auth_cases(scratch: Path) -> list[Case]:
+    from posttrain.cli import app
+    from rollout.agents.envs.service import build_env_app
+    from rollout.agents.envs.tasks import CalcTask
+    from rollout.auth import require_api_key
+
+    def ui(*options):
+        return lambda: CliRunner().invoke(app, ["ui", "--logs", str(scratch / "ui-logs"), *options],
+                                          env={"COLUMNS": "200", "PREFECT_SERVER_API_AUTH_STRING": ""})
+
+    service = TestClient(require_api_key(build_env_app(CalcTask()), "s3cret-key"))
+    body = {"episode_id": "e", "messages": [{"role": "user", "content": "2 + 2?"}], "reference": "4"}
+
+    def reset(**request):
+        return lambda: service.post("/reset", json=body, **request)
+
+    cases = [
+        ("UI auth ':' on all interfaces", ui("--host", "0.0.0.0", "--auth-string", ":"), "USER:PASSWORD"),
+        ("UI auth without a colon", ui("--host", "0.0.0.0", "--auth-string", "nocolon"), "USER:PASSWORD"),
+        ("UI auth with an empty password", ui("--auth-string", "admin:"), "USER:PASSWORD"),
+        ("UI on all interfaces without auth", ui("--host", "0.0.0.0"), "--auth-string"),
+        ("service request without a key", reset(), "bearer"),
+        ("service request with the wrong key", reset(headers={"Authorization": "Bearer guess"}), "bearer"),
+        ("the key as a query parameter", reset(params={"api_key": "s3cret-key"}), "bearer"),
+        ("the key as basic auth", reset(auth=("user", "s3cret-key")), "bearer"),
+    ]
+    return [Case("auth", what, attempt, names) for what, attempt, names in cases]
 
 
 # -- the rollout engine and the task services ----------------------------------------------------------
@@ -374,6 +588,8 @@ def engine_cases(store: dict, scratch: Path) -> list[Case]:
     from rollout.process import EngineProcess
 
     engine = EngineProcess(store["init"], scratch / "engine.log", weights_dirs=[scratch / "allowed"])
+    # A master nobody listens on is named after the join timeout: a few seconds here, a minute by default.
+    engine.service.args += ["--weight-group-join-timeout-s", "5"]
     client = engine.start()
     url = client.base_url
     allowed = scratch / "allowed"
@@ -393,6 +609,11 @@ def engine_cases(store: dict, scratch: Path) -> list[Case]:
     def update(path):
         return lambda: requests.post(f"{url}/update_weights", json={"model_path": str(path)}, timeout=120)
 
+    def join(**fields):
+        body = {"master_address": "127.0.0.1", "master_port": 29500, "rank_offset": 1, "world_size": 2,
+                "backend": "gloo", **fields}
+        return lambda: requests.post(f"{url}/init_weights_update_group", json=body, timeout=120)
+
     cases = [
         ("temperature NaN", raw('{"input_ids": [5, 6], "sampling_params": {"temperature": NaN}}'), "temperature"),
         ("top_p Infinity", raw('{"input_ids": [5, 6], "sampling_params": {"top_p": Infinity}}'), "top_p"),
@@ -408,6 +629,16 @@ def engine_cases(store: dict, scratch: Path) -> list[Case]:
         ("update with vocab_size 2e6", update(allowed / "vocab"), "vocab_size"),
         ("update from a missing URI", update(Path(store["root"]).as_uri() + "/checkpoints/none"), "not a committed"),
         ("update with no model_path", lambda: requests.post(f"{url}/update_weights", json={}, timeout=30), "model_path"),
+        ("a 50 MB /generate body", raw('{"input_ids": [' + "5," * 25_000_000 + '5]}'), "at most 25165824 bytes"),
+        ("a 26 MB body sent without a length", lambda: requests.post(f"{url}/generate", data=iter(
+            [b'{"input_ids": [' + b"5," * 13_000_000 + b"5]}"]), timeout=60), "at most 25165824 bytes"),
+        ("8 million ids in 16 MB", raw('{"input_ids": [' + "5," * 8_000_000 + '5]}'), "786432 JSON values"),
+        ("input_ids nested 100,000 deep", raw('{"input_ids": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+         "lists and objects"),
+        ("master_address with shell words", join(master_address="a b;c"), "master_address"),
+        ("a master nobody listens on", join(master_port=1), "127.0.0.1:1"),
+        ("rank_offset past world_size", join(rank_offset=2), "rank_offset"),
+        ("backend mpi", join(backend="mpi"), "backend"),
     ]
     return [Case("engine", what, attempt, names) for what, attempt, names in cases], engine
 
@@ -443,6 +674,33 @@ def service_cases() -> list[Case]:
     return [Case("task services", what, attempt, names) for what, attempt, names in cases]
 
 
+class HealthWatch:
+    """Probes the engine's /health four times a second while the cases run: a body parsed on its event loop
+    shows as a slow answer (a router would take the replica out after a few)."""
+
+    def __init__(self, url: str):
+        self.url, self.latencies = url, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._probe, name="health-watch", daemon=True)
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _probe(self) -> None:
+        while not self._stop.wait(0.25):
+            started = time.monotonic()
+            try:
+                requests.get(f"{self.url}/health", timeout=10).raise_for_status()
+            except requests.RequestException:
+                pass  # counted as its wait, up to the 10 s timeout
+            self.latencies.append(time.monotonic() - started)
+
+
 def main() -> int:
     from data_prep.prepare import prepare
     from infra.store import open_store
@@ -457,8 +715,10 @@ def main() -> int:
         engine_list, engine = engine_cases(store, scratch)
         try:
             cases = [*config_cases(store), *reward_cases(scratch), *dataset_cases(store, scratch),
-                     *store_cases(scratch), *lineage_cases(scratch), *engine_list, *service_cases()]
-            outcomes = [judge(case) for case in cases]
+                     *store_cases(scratch), *lineage_cases(scratch), *engine_list, *service_cases(),
+                     *data_import_cases(scratch), *spec_cases(scratch), *launch_cases(), *auth_cases(scratch)]
+            with HealthWatch(engine.url) as health:
+                outcomes = [judge(case) for case in cases]
         finally:
             engine.stop()
         pwned = (scratch / "pwned").exists()
@@ -471,8 +731,10 @@ def main() -> int:
     named = Counter(o.case.surface for o in outcomes if o.verdict == "named")
     for surface in surfaces:
         print(f"{surface}: {named[surface]}/{surfaces[surface]} named")
-    print(f"total: {sum(named.values())}/{len(outcomes)} named; a file created by a config: {pwned}")
-    return 0 if sum(named.values()) == len(outcomes) and not pwned else 1
+    worst = max(health.latencies)
+    print(f"total: {sum(named.values())}/{len(outcomes)} named; a file created by a config: {pwned}; "
+          f"engine /health: worst answer {worst:.2f} s over {len(health.latencies)} probes")
+    return 0 if sum(named.values()) == len(outcomes) and not pwned and worst < 1.0 else 1
 
 
 if __name__ == "__main__":

@@ -14,10 +14,12 @@ with a 400 naming it, never ignored.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # As SGLang does: a temperature this small samples greedily (dividing logits by it would overflow).
 GREEDY_BELOW = 1e-6
@@ -27,16 +29,24 @@ ENGINE_HEADER = "X-Posttrain-Engine"
 # SGLang's "no top-k" (sglang.api.v1.SamplingParams.top_k's default); -1 means the same.
 NO_TOP_K = 1 << 30
 
+# The lists of a request are refused at their first bad item: pydantic builds each item's error holding the
+# GIL, and naming all of a million bad ids held the engine's event loop (its /health) for a second.
+_FIRST_BAD_ITEM = Field(fail_fast=True)
+Ints = Annotated[list[int], _FIRST_BAD_ITEM]
+Strs = Annotated[list[str], _FIRST_BAD_ITEM]
+Bools = Annotated[list[bool], _FIRST_BAD_ITEM]
+IntLists = Annotated[list[Ints], _FIRST_BAD_ITEM]
+
 
 class SamplingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     temperature: float = Field(1.0, ge=0.0, description=f"0 (or below {GREEDY_BELOW:g}) is greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(NO_TOP_K, description="keep the k likeliest tokens; -1 or 2^30: all")
     min_p: float = Field(0.0, ge=0.0, le=1.0, description="drop tokens below min_p times the likeliest one's probability")
     max_new_tokens: int = Field(128, ge=0)
-    stop_token_ids: list[int] = Field(default_factory=list)
+    stop_token_ids: Ints = Field(default_factory=list)
     ignore_eos: bool = False
     sampling_seed: int | None = Field(None, description="seeds this request's sampling; default: engine seed and request count")
     # SGLang's detokenizer options: a token-out engine has no text to shape, so any value is served alike.
@@ -45,8 +55,8 @@ class SamplingParams(BaseModel):
     no_stop_trim: bool = False
     stream_interval: int | None = None
     # SGLang's options this engine does not implement: only their "off" value is accepted.
-    stop: str | list[str] | None = None
-    stop_regex: str | list[str] | None = None
+    stop: str | Strs | None = None
+    stop_regex: str | Strs | None = None
     min_new_tokens: int = 0
     n: int = 1
     frequency_penalty: float = 0.0
@@ -56,11 +66,25 @@ class SamplingParams(BaseModel):
     regex: str | None = None
     ebnf: str | None = None
     structural_tag: str | None = None
-    logit_bias: dict[str, float] = Field(default_factory=dict)
+    # Any non-empty logit_bias is refused (below): its entries left unchecked, as a million bad ones each named
+    # held the event loop for a second.
+    logit_bias: dict = Field(default_factory=dict)
     custom_params: dict | None = None
     beam_width: int | None = None
     watermark: dict | None = None
-    choice: list[str] = Field(default_factory=list)
+    choice: Strs = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, given):
+        # Unknown parameters are refused in one error: pydantic's extra="forbid" builds one per key holding the
+        # GIL, and 262,144 of them held the engine's event loop (its /health) for a second.
+        unknown = [name for name in given if name not in cls.model_fields] if isinstance(given, dict) else []
+        if unknown:
+            more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+            raise ValueError(f"{', '.join(unknown[:3])}{more}: not "
+                             f"{'a sampling parameter' if len(unknown) == 1 else 'sampling parameters'}")
+        return given
 
     @model_validator(mode="after")
     def _served(self) -> SamplingParams:
@@ -110,17 +134,17 @@ def _per_prompt(name: str, value, count: int) -> list:
 class GenerateRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    input_ids: list[list[int]] | list[int]
-    sampling_params: SamplingParams | list[SamplingParams] = Field(default_factory=SamplingParams)
-    return_logprob: bool | list[bool] | None = False
-    logprob_start_len: int | list[int] | None = -1
-    rid: str | list[str] | None = None
+    input_ids: IntLists | Ints
+    sampling_params: SamplingParams | Annotated[list[SamplingParams], _FIRST_BAD_ITEM] = Field(default_factory=SamplingParams)
+    return_logprob: bool | Bools | None = False
+    logprob_start_len: int | Ints | None = -1
+    rid: str | Strs | None = None
     # SGLang's fields this engine cannot honour: accepted at their "off" value (what SGLang's router sends).
-    text: str | list[str] | None = None
+    text: str | Strs | None = None
     stream: bool | None = False
-    top_logprobs_num: int | list[int] | None = None
-    token_ids_logprob: list[int] | list[list[int]] | None = None
-    return_hidden_states: bool | list[bool] | None = False
+    top_logprobs_num: int | Ints | None = None
+    token_ids_logprob: Ints | IntLists | None = None
+    return_hidden_states: bool | Bools | None = False
 
     @model_validator(mode="after")
     def _valid(self) -> GenerateRequest:
@@ -190,6 +214,35 @@ class RequestLimits(BaseModel):
                     f"{self.max_tokens} per request")
         return None
 
+    def body_limits(self) -> BodyLimits:
+        """What a request body may hold: the largest request these limits allow, with room to spare."""
+        return BodyLimits(
+            # Each of max_tokens ids in up to 16 bytes (a 10-digit id, its comma, indentation), each of max_prompts
+            # prompts with 4 KiB of its own settings (sampling_params written out in full take under 600).
+            bytes=self.max_tokens * 16 + self.max_prompts * 4096,
+            # Each id one value, each prompt up to 64 more (its sampling_params in full, rid, logprob settings: ~40).
+            values=self.max_tokens + self.max_prompts * 64,
+            # Each prompt's ids, sampling_params and the lists and objects in it written out in full: 5.
+            containers=self.max_prompts * 8,
+            # sampling_params in full has 33.
+            members=self.max_prompts * 64,
+        )
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """What the engine parses of one request body, each counted before parsing it; past one, a 413 naming it
+    (rollout/engine/request_bodies.py). Pydantic validates holding the GIL, and the event loop that answers
+    /health waits while it does: so not only the bytes are bounded (12 million ids fit in 24 MiB; 50 MB of
+    them held the loop for 30 s) but what costs pydantic most per byte: values (a tenth of a second per
+    million ids), containers (a list or a sampling_params each: 400,000 held the loop for 0.6 s) and object
+    members (262,144 keys: 0.2 s). The defaults: 24 MiB, 786,432 values, 32,768 containers, 262,144 members."""
+
+    bytes: int
+    values: int
+    containers: int
+    members: int
+
 
 class FinishReason(BaseModel):
     type: Literal["stop", "length", "abort"]
@@ -245,27 +298,57 @@ class UpdateWeightsResponse(BaseModel):
 GROUP_NAME = "weight_update_group"  # SGLang's default
 
 
+# A host name's labels: letters, digits and inner hyphens, and underscores (Docker's container names have them).
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def _host(address: str) -> str:
+    """An IP address or a host name: what TCPStore connects to, never a URL, a host:port or shell words."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        if len(address) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in address.removesuffix(".").split(".")):
+            raise ValueError(f"{address[:100]!r} is neither an IP address nor a host name") from None
+    return address
+
+
 class InitWeightsUpdateGroup(BaseModel):
-    """SGLang's InitWeightsUpdateGroupReqInput."""
+    """SGLang's InitWeightsUpdateGroupReqInput. Validated on both sides: the trainer builds it, the engine
+    parses it (a bad field is a 422 naming it, never a join that waits out its timeout)."""
 
     model_config = ConfigDict(extra="ignore")
-    master_address: str
-    master_port: int = Field(ge=1, le=65535)
-    rank_offset: int = Field(ge=1)
-    world_size: int = Field(ge=2)
-    group_name: str = GROUP_NAME
-    backend: str = "nccl"
+    master_address: Annotated[str, AfterValidator(_host)]
+    # Strict: a port or rank given as true or "1" is a mistake, not 1.
+    master_port: int = Field(ge=1, le=65535, strict=True)
+    rank_offset: int = Field(ge=1, strict=True, description="this engine's rank; the trainer is rank 0")
+    world_size: int = Field(ge=2, lt=2**31, strict=True, description="the trainer and every engine rank (torch's ranks are C ints)")
+    group_name: str = Field(GROUP_NAME, pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    backend: Literal["gloo", "nccl"] = "nccl"
+
+    @model_validator(mode="after")
+    def _rank_in_group(self) -> InitWeightsUpdateGroup:
+        if self.rank_offset >= self.world_size:
+            raise ValueError(f"rank_offset: {self.rank_offset}; a group of world_size {self.world_size} has ranks "
+                             f"1 to {self.world_size - 1} for engines")
+        return self
 
 
 class UpdateWeightsFromDistributed(BaseModel):
     """SGLang's UpdateWeightsFromDistributedReqInput (the fields a dense model's update uses)."""
 
     model_config = ConfigDict(extra="ignore")
-    names: list[str]
-    dtypes: list[str]
-    shapes: list[list[int]]
+    names: Strs
+    dtypes: Strs
+    shapes: IntLists
     group_name: str = GROUP_NAME
     flush_cache: bool = True
     abort_all_requests: bool = False
     weight_version: str | None = None
     load_format: str | None = None
+
+
+# What a weight update request's body may hold: UpdateWeightsFromDistributed lists every tensor it sends, up to
+# 2^17 of them (a model written per expert has tens of thousands: Qwen3-235B about 36,000), each in up to 256
+# bytes and 8 values (name, dtype, shape). The other weight update requests are a few fields.
+MAX_TENSORS = 2**17
+WEIGHT_UPDATE_BODY = BodyLimits(bytes=MAX_TENSORS * 256, values=MAX_TENSORS * 8, containers=MAX_TENSORS + 8, members=64)

@@ -32,7 +32,7 @@ import torch
 
 from infra.ports import free_port
 from rollout.auth import bearer_headers
-from rollout.process_group import dtype_name, join_group
+from rollout.process_group import JOIN_TIMEOUT_S, dtype_name, join_group
 from rollout.protocol import GROUP_NAME, InitWeightsUpdateGroup, UpdateWeightsFromDistributed
 
 log = logging.getLogger("rollout.weight_push")
@@ -60,17 +60,22 @@ class DistributedWeightPush:
     """The trainer's side: one group with `engine_urls`, and a push of named tensors to all of them at once."""
 
     def __init__(self, engine_urls: list[str], *, backend: str, master_address: str, master_port: int,
-                 timeout_s: float = 300.0):
+                 timeout_s: float = 300.0, join_timeout_s: float = JOIN_TIMEOUT_S):
+        """`join_timeout_s`: how long this side waits for the engines to join (each engine bounds its own wait by
+        its --weight-group-join-timeout-s); `timeout_s`: each request to an engine, and each broadcast."""
         self.engine_urls, self.timeout_s = list(engine_urls), timeout_s
-        _named_if_silent(self.engine_urls)  # the group would wait for it until `timeout_s`
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(engine_urls)), thread_name_prefix="weight-push")
         world_size = len(engine_urls) + 1
-        joins = [self._pool.submit(self._post, url, "/init_weights_update_group", InitWeightsUpdateGroup(
-            master_address=master_address, master_port=master_port, rank_offset=rank, world_size=world_size,
-            backend=backend).model_dump()) for rank, url in enumerate(self.engine_urls, start=1)]
+        # The engines' own check, made here first: a bad address or port is named before any engine waits on it.
+        asked = [InitWeightsUpdateGroup(master_address=master_address, master_port=master_port, rank_offset=rank,
+                                        world_size=world_size, backend=backend).model_dump()
+                 for rank in range(1, world_size)]
+        _named_if_silent(self.engine_urls)  # the group would wait for it until `join_timeout_s`
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(engine_urls)), thread_name_prefix="weight-push")
+        joins = [self._pool.submit(self._post, url, "/init_weights_update_group", body)
+                 for url, body in zip(self.engine_urls, asked, strict=True)]
         formed = None
         try:
-            self.group = join_group(backend, master_address, master_port, 0, world_size, timeout_s)
+            self.group = join_group(backend, master_address, master_port, 0, world_size, timeout_s, join_timeout_s)
         except Exception as error:  # a member never joined: its own answer says why
             formed = repr(error)
         finally:
@@ -121,8 +126,9 @@ class DistributedWeightPush:
             answer = response.json()
         except ValueError:
             answer = {}
-        if response.status_code != 200:
-            return {"success": False, "message": f"answered {response.status_code}: {answer.get('detail', response.text)}"}
+        if response.status_code != 200:  # FastAPI's errors say why in `detail`, SGLang's failed joins in `message`
+            why = answer.get("detail") or answer.get("message") or response.text
+            return {"success": False, "message": f"answered {response.status_code}: {why}"}
         return answer
 
 

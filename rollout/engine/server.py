@@ -3,10 +3,12 @@
 Endpoints (SGLang's native names and shapes): `POST /generate`, `POST /update_weights` (also as
 `/update_weights_from_disk`), SGLang's distributed weight update (`POST /init_weights_update_group`,
 `/update_weights_from_distributed`, `/destroy_weights_update_group`: rollout/weight_push.py), `GET /health`,
-`GET /get_model_info`. Every route takes the API key when one is set. Bad input is a 400 naming the
-field; a checkpoint that cannot be loaded leaves the served weights as they were, and one that is not
+`GET /get_model_info`. Every route takes the API key when one is set. Bad input is a 4xx naming the
+field or the limit (a body too large to read is a 413 before it is parsed: rollout/engine/request_bodies.py);
+a checkpoint that cannot be loaded leaves the served weights as they were, and one that is not
 the served architecture, not from a store or a `--weights-dir`, or too large for the memory left is
-refused before loading (rollout/engine/weight_updates.py).
+refused before loading (rollout/engine/weight_updates.py). A weight update group that does not form within
+`--weight-group-join-timeout-s` is a 400 naming its master and the timeout.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import shutil
 import signal
 import tempfile
@@ -37,6 +40,7 @@ from rollout.auth import API_KEY_ENV, api_key, require_api_key
 from rollout.engine.batching import RequestBatcher
 from rollout.engine.generation import Completion, Engine, PromptError
 from rollout.engine.main_thread import MainThreadRunner
+from rollout.engine.request_bodies import json_body
 from rollout.engine.weight_updates import (
     UpdateRefused,
     available_memory,
@@ -46,10 +50,12 @@ from rollout.engine.weight_updates import (
     receive_into,
 )
 from rollout.http_errors import install_validation_errors
-from rollout.process_group import join_group
+from rollout.process_group import JOIN_TIMEOUT_S, join_group
 from rollout.protocol import (
     ENGINE_HEADER,
     GROUP_NAME,
+    MAX_TENSORS,
+    WEIGHT_UPDATE_BODY,
     GenerateOutput,
     GenerateRequest,
     InitWeightsUpdateGroup,
@@ -103,7 +109,8 @@ async def _answer(batcher: RequestBatcher, indices: list[int], batch: UniformBat
 
 
 def build_app(engine: Engine, run: Callable[..., Future], workdir: Path, limits: RequestLimits | None = None,
-              key: str | None = None, weights_dirs: tuple[Path, ...] = (), advertised_url: str = "") -> FastAPI:
+              key: str | None = None, weights_dirs: tuple[Path, ...] = (), advertised_url: str = "",
+              group_join_timeout_s: float = JOIN_TIMEOUT_S) -> FastAPI:
     """`run(fn, *args)`: where every computation on the engine happens (the main thread: main_thread.py)."""
     app = require_api_key(install_validation_errors(FastAPI(title="posttrain rollout engine")), key)
 
@@ -123,8 +130,16 @@ def build_app(engine: Engine, run: Callable[..., Future], workdir: Path, limits:
     limits = limits or RequestLimits()
     in_flight = [0]  # requests past the checks and not yet answered (one event loop: no lock needed)
 
+    # Every route's body: refused past its limits, parsed off the event loop (rollout/engine/request_bodies.py).
+    # A parameter's default, not an Annotated type: this module's annotations are strings that FastAPI resolves
+    # in its globals, where these are not.
+    generate_body = json_body(GenerateRequest, limits.body_limits(), "what --max-request-tokens and --max-prompts allow")
+
+    def weight_update_body(kind: type):
+        return json_body(kind, WEIGHT_UPDATE_BODY, f"a weight update lists at most {MAX_TENSORS} tensors")
+
     @app.post("/generate")
-    async def generate(request: GenerateRequest):
+    async def generate(request: GenerateRequest = generate_body):
         if (problem := limits.problem(request)) is not None:
             raise HTTPException(status_code=413, detail=problem)
         if in_flight[0] >= limits.max_in_flight:
@@ -147,7 +162,7 @@ def build_app(engine: Engine, run: Callable[..., Future], workdir: Path, limits:
 
     downloads: list[Path] = []  # the download the engine serves from, if any: only it is kept
 
-    def update(request: UpdateWeightsRequest) -> UpdateWeightsResponse:
+    def update(request: UpdateWeightsRequest = weight_update_body(UpdateWeightsRequest)) -> UpdateWeightsResponse:
         try:
             incoming = inspect(request.model_path, list(weights_dirs), NOT_SERVED)
             check_architecture(request.model_path, engine.model.config.to_dict(), incoming.config)
@@ -176,19 +191,20 @@ def build_app(engine: Engine, run: Callable[..., Future], workdir: Path, limits:
     groups: dict[str, dist.ProcessGroup] = {}  # SGLang's weight update groups this engine joined, by name
 
     @app.post("/init_weights_update_group")
-    def init_group(request: InitWeightsUpdateGroup) -> dict:
-        try:  # blocks until every member joined (the trainer joins as rank 0 meanwhile)
+    def init_group(request: InitWeightsUpdateGroup = weight_update_body(InitWeightsUpdateGroup)):
+        try:  # blocks until every member joined (the trainer joins as rank 0 meanwhile), at most the join timeout
             groups[request.group_name] = join_group(request.backend, request.master_address, request.master_port,
-                                                    request.rank_offset, request.world_size)
-        except Exception as error:
+                                                    request.rank_offset, request.world_size,
+                                                    join_timeout_s=group_join_timeout_s)
+        except Exception as error:  # SGLang's answer to a group that did not form: a 400 saying why
             log.exception("joining weight update group %s failed", request.group_name)
-            return {"success": False, "message": f"{request.group_name}: {error}"}
+            return JSONResponse({"success": False, "message": f"{request.group_name}: {error}"}, status_code=400)
         log.info("joined weight update group %s as rank %d of %d", request.group_name, request.rank_offset,
                  request.world_size)
         return {"success": True, "message": f"joined {request.group_name} as rank {request.rank_offset}"}
 
     @app.post("/update_weights_from_distributed")
-    def update_distributed(request: UpdateWeightsFromDistributed) -> dict:
+    def update_distributed(request: UpdateWeightsFromDistributed = weight_update_body(UpdateWeightsFromDistributed)) -> dict:
         group = groups.get(request.group_name)
         if group is None:
             raise HTTPException(status_code=400, detail=f"group_name: {request.group_name!r} was not initialised "
@@ -203,7 +219,7 @@ def build_app(engine: Engine, run: Callable[..., Future], workdir: Path, limits:
         return {"success": True, "message": f"received {len(request.names)} tensors", "weight_version": version}
 
     @app.post("/destroy_weights_update_group")
-    def destroy_group(request: dict) -> dict:
+    def destroy_group(request: dict = weight_update_body(dict)) -> dict:
         groups.pop(request.get("group_name", GROUP_NAME), None)
         return {"success": True, "message": "destroyed"}
 
@@ -238,7 +254,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="/generate requests queued or generating at once")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads the engine computes with (default: torch's, one per core)")
+    parser.add_argument("--weight-group-join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
+                        help="how long /init_weights_update_group waits for the trainer's group to form")
     args = parser.parse_args(argv)
+    if not 0 < args.weight_group_join_timeout_s < math.inf:
+        parser.error(f"--weight-group-join-timeout-s: {args.weight_group_join_timeout_s}; give a positive number of seconds")
     exit_with_owner()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="posttrain-engine-"))
@@ -256,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
                                max_in_flight=args.max_in_flight)
         runner = MainThreadRunner()
         app = build_app(engine, runner.submit, workdir, limits, args.api_key, tuple(args.weights_dir),
-                        args.advertise_url or f"http://{args.host}:{args.port}")
+                        args.advertise_url or f"http://{args.host}:{args.port}", args.weight_group_join_timeout_s)
         server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
         http = threading.Thread(target=server.run, name="http", daemon=True)
         http.start()
