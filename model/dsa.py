@@ -7,7 +7,9 @@ re-forward of the same tokens can attend to different keys: the SPEC's reasoning
 
 Sparse attention (`set_dense_attention(model, False)`) runs as sparse-gather attention (model/dsa_gather.py):
 each query attends over its selected keys only, and the indexer scores keys a chunk of queries at a time, so
-neither ever holds a [batch, queries, heads, keys] tensor.
+neither ever holds a [batch, queries, heads, keys] tensor. Where no query sees more keys than the top-k (a
+sequence, or a cache, no longer than it: most of the demo's SFT samples and RL rollouts) the selection is every
+key and sparse is dense exactly: the indexer is skipped and attention runs densely in latent space.
 
 Indexer warm-up (SPEC "Model"): `set_dense_attention(model, True)`, switch to eager attention, then per batch
 
@@ -35,7 +37,7 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (
     apply_rotary_pos_emb_interleave,
 )
 
-from model.dsa_gather import SPARSE_GATHER, allowed_keys, latent_sparse_attention
+from model.dsa_gather import SPARSE_GATHER, allowed_keys, latent_dense_attention, latent_sparse_attention
 
 # Indexer scores (queries × heads × keys) computed at once when selecting keys: 16 MiB in float32.
 SELECTION_CHUNK_ELEMENTS = 1 << 22
@@ -119,6 +121,15 @@ class DsaIndexer(GlmMoeDsaIndexer):
         if self.recording:
             self.record = IndexerRecord(self.layer_idx, scores, selected, sparse)
         return selected.to(torch.int32)
+
+    def cache_keys(self, hidden_states: torch.Tensor, position_embeddings, cache: Cache) -> None:
+        """Only what a KV cache needs of this call: the indexer's keys of the new tokens, so that a generation
+        that scored no key while it was short (`DsaAttention`: every key is selected) can score them later."""
+        k = self.k_norm(self.wk(hidden_states.detach())).unsqueeze(2)
+        k_rot, k_pass = torch.split(k, [self.qk_rope_head_dim, self.head_dim - self.qk_rope_head_dim], dim=-1)
+        cos, sin = position_embeddings
+        _, k_rot = apply_rotary_pos_emb_interleave(k_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        cache.update_indexer(torch.cat([k_rot, k_pass], dim=-1).squeeze(2), self.layer_idx)
 
     def index_inputs(self, hidden_states, q_resid, position_embeddings, cache):
         """The indexer's queries [B, S, H, D], keys [B, T, D] (through the cache) and head weights [B, S, H],
@@ -207,6 +218,15 @@ class DsaAttention(GlmMoeDsaAttention):
         q_rope, k_rope = apply_rotary_pos_emb_interleave(q_rope, k_rope, cos, sin)
         if cache is not None:
             latent, k_rope = cache.update(latent, k_rope, self.layer_idx, kwargs=kwargs)
+        keys = latent.shape[2]
+        if keys <= self.config.index_topk and not (self.indexer is not None and self.indexer.recording):
+            # No query sees more keys than the top-k: the selection is every key, and sparse attention is dense
+            # attention exactly. Skip the indexer's scoring and the gather (only a cache keeps its keys).
+            if self.indexer is not None and cache is not None:
+                self.indexer.cache_keys(hidden_states, position_embeddings, cache)
+            output, probs = latent_dense_attention(self, q_nope, q_rope, latent[:, 0], k_rope[:, 0], attention_mask)
+            every_key = torch.arange(keys, device=hidden_states.device, dtype=torch.int32)
+            return self.o_proj(output), probs, every_key.expand(batch_size, seq_length, keys)
         if self.indexer is not None:
             topk_indices = self.indexer(hidden_states, q_resid, position_embeddings, attention_mask[:, 0], position_ids,
                                         cache=cache)

@@ -56,6 +56,29 @@ def _attend(queries, rows, indices, allowed, w_uv, latent_width: int, scaling: f
     return torch.einsum("bchl,hvl->bchv", latent_out, w_uv), probs
 
 
+def _absorbed(attention, q_nope, q_rope, latent, k_rope):
+    """The absorbed queries [B, S, H, L+R], the latent rows [B, T, L+R] and W_uv [H, Dv, L] (module docstring)."""
+    heads, latent_width = q_nope.shape[1], latent.shape[-1]
+    w_kv = attention.kv_b_proj.weight.view(heads, attention.qk_nope_head_dim + attention.v_head_dim, latent_width)
+    w_uk, w_uv = w_kv[:, : attention.qk_nope_head_dim], w_kv[:, attention.qk_nope_head_dim :]
+    queries = torch.cat([torch.einsum("bhsn,hnl->bshl", q_nope, w_uk), q_rope.transpose(1, 2)], dim=-1)
+    return queries, torch.cat([latent, k_rope], dim=-1), w_uv
+
+
+def latent_dense_attention(attention, q_nope, q_rope, latent, k_rope, attention_mask):
+    """`latent_sparse_attention` with every key selected, without gathering: each query's logits over all T keys
+    from one product with the shared latent rows. For a sequence no longer than the top-k, where the selection
+    is every key; the probabilities [B, H, S, T] are in key order, as the sparse path's over `arange(T)`."""
+    queries, rows, w_uv = _absorbed(attention, q_nope, q_rope, latent, k_rope)
+    logits = torch.matmul(queries, rows.transpose(-1, -2).unsqueeze(1)) * attention.scaling  # [B, S, H, T]
+    allowed = allowed_keys(attention_mask[:, 0])  # [B, S, T]
+    logits = logits.masked_fill(~allowed.unsqueeze(2), torch.finfo(logits.dtype).min)
+    probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(queries.dtype)
+    probs = F.dropout(probs, p=attention.attention_dropout if attention.training else 0.0, training=attention.training)
+    latent_out = torch.matmul(probs, rows.unsqueeze(1))[..., : latent.shape[-1]]  # [B, S, H, L]
+    return torch.einsum("bshl,hvl->bshv", latent_out, w_uv).flatten(2), probs.transpose(1, 2)
+
+
 def latent_sparse_attention(attention, q_nope, q_rope, latent, k_rope, indices, attention_mask):
     """Sparse MLA attention of `attention` (a GlmMoeDsaAttention) in latent space.
 
@@ -64,11 +87,8 @@ def latent_sparse_attention(attention, q_nope, q_rope, latent, k_rope, indices, 
     Returns the heads' outputs [B, S, H·Dv] (before o_proj) and the probabilities over the selected keys
     [B, H, S, k], in `indices`' order (the indexer loss of the sparse phase reads them).
     """
-    heads, latent_width = q_nope.shape[1], latent.shape[-1]
-    w_kv = attention.kv_b_proj.weight.view(heads, attention.qk_nope_head_dim + attention.v_head_dim, latent_width)
-    w_uk, w_uv = w_kv[:, : attention.qk_nope_head_dim], w_kv[:, attention.qk_nope_head_dim :]
-    queries = torch.cat([torch.einsum("bhsn,hnl->bshl", q_nope, w_uk), q_rope.transpose(1, 2)], dim=-1)
-    rows = torch.cat([latent, k_rope], dim=-1)
+    queries, rows, w_uv = _absorbed(attention, q_nope, q_rope, latent, k_rope)
+    latent_width = latent.shape[-1]
     indices = indices.long()
     allowed = allowed_keys(attention_mask[:, 0]).gather(-1, indices)
     dropout = attention.attention_dropout if attention.training else 0.0

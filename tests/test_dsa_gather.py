@@ -126,3 +126,57 @@ def test_dense_switch_leaves_sparse_gather(tokenizer):
     assert model.config._attn_implementation == SPARSE_GATHER
     set_dense_attention(model, True)
     assert model.config._attn_implementation == "sdpa"
+
+
+def count_selections(monkeypatch) -> list[int]:
+    calls = []
+    select_keys = dsa.select_keys
+    monkeypatch.setattr(dsa, "select_keys", lambda *args: calls.append(1) or select_keys(*args))
+    return calls
+
+
+def test_no_longer_than_the_top_k_the_sparse_model_attends_densely_with_the_same_logprobs(tokenizer, monkeypatch):
+    """Every key is selected when no query sees more than the top-k: the indexer is skipped and the result is
+    the gather path's (the indexer still runs while it is recorded) and transformers' masked path's."""
+    gather, masked = sparse_pair(tokenizer, seed=3)
+    ids = random_ids(tokenizer, 2, gather.config.index_topk, seed=3)
+    mask = torch.ones_like(ids)
+    mask[1, :9] = 0  # left padding
+    selections = count_selections(monkeypatch)
+    with torch.no_grad():
+        short = logprobs(gather, ids, mask)
+        assert selections == []  # no indexer scoring, no top-k
+        with recording_indexer_scores(gather):
+            gathered = logprobs(gather, ids, mask)
+        assert selections  # recording takes the indexer's path: its loss needs the scores
+        expected = logprobs(masked, ids, mask)
+    valid = (mask[:, :-1] * mask[:, 1:]).bool()
+    assert (short - gathered)[valid].abs().max().item() < 1e-5
+    assert (short - expected)[valid].abs().max().item() < 1e-5
+
+
+def test_gradients_through_the_short_path_equal_the_masked_paths(tokenizer):
+    gather, masked = sparse_pair(tokenizer, seed=4)
+    ids = random_ids(tokenizer, 2, gather.config.index_topk - 8, seed=4)
+    for model in (gather, masked):
+        model.train()
+        model(ids, labels=ids).loss.backward()
+    for (name, ours), (_, theirs) in zip(gather.named_parameters(), masked.named_parameters(), strict=True):
+        if theirs.grad is None or ours.grad is None:  # the indexer: no gradient from the main loss either way
+            continue
+        assert torch.allclose(ours.grad, theirs.grad, atol=1e-5, rtol=1e-4), name
+
+
+@torch.no_grad()
+def test_a_generation_that_grows_past_the_top_k_keeps_the_indexer_keys_it_skipped(tokenizer):
+    """Decoding starts short (dense, indexer skipped, its keys still cached) and ends past the top-k, where the
+    indexer selects over every cached key: its logits equal a re-forward's over the whole sequence."""
+    gather, _ = sparse_pair(tokenizer, seed=5)
+    gather.eval()
+    prompt = random_ids(tokenizer, 1, 20, seed=5)
+    new = 2 * gather.config.index_topk
+    out = gather.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                          output_logits=True, return_dict_in_generate=True)
+    decoded = torch.stack(out.logits, dim=1)
+    refed = gather(out.sequences).logits[:, prompt.shape[1] - 1: -1]
+    assert (decoded - refed).abs().max().item() < 1e-5
