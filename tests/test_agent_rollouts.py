@@ -250,8 +250,9 @@ def test_a_replica_killed_mid_stage_loses_no_rollout_and_the_router_takes_it_out
             served = await asyncio.gather(*(orchestrator.play(spec) for spec in first_wave))
             before = sum(fleet.requests.values())
             plays = [asyncio.create_task(orchestrator.play(spec)) for spec in second_wave]
-            # Mid-stage: the replica has answered turns of the second wave, and its rollouts go on, when it dies.
-            while sum(fleet.requests.values()) < before + 2:
+            # Mid-stage: the replica has answered turns of the second wave and holds a request when it dies (else
+            # the router has nothing to ask again: a kill between two of its requests retried nothing, under load).
+            while sum(fleet.requests.values()) < before + 2 or (await asyncio.to_thread(health, dead))["in_flight"] < 1:
                 await asyncio.sleep(0.01)
             await asyncio.to_thread(stack.engines[0].service.kill)
             at_kill = fleet.requests[dead], sum(fleet.requests.values())

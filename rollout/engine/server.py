@@ -116,12 +116,6 @@ def build_app(engine: Engine, run: Callable[..., Future], workdir: Path, limits:
 
     batcher = RequestBatcher(engine, run)
 
-    # Async endpoints run on the event loop, not in the worker threads that blocked requests hold:
-    # /health answers at once however many generations are queued (routers time replicas out on it).
-    @app.get("/health")
-    async def health() -> dict:
-        return {"status": "ok", "weight_version": engine.weight_version}
-
     @app.get("/get_model_info")
     def model_info() -> dict:
         return {"model_path": engine.checkpoint_dir, "weight_version": engine.weight_version,
@@ -129,6 +123,12 @@ def build_app(engine: Engine, run: Callable[..., Future], workdir: Path, limits:
 
     limits = limits or RequestLimits()
     in_flight = [0]  # requests past the checks and not yet answered (one event loop: no lock needed)
+
+    # Async endpoints run on the event loop, not in the worker threads that blocked requests hold:
+    # /health answers at once however many generations are queued (routers time replicas out on it).
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "weight_version": engine.weight_version, "in_flight": in_flight[0]}
 
     # Every route's body: refused past its limits, parsed off the event loop (rollout/engine/request_bodies.py).
     # A parameter's default, not an Annotated type: this module's annotations are strings that FastAPI resolves
