@@ -65,11 +65,10 @@ from transformers.masking_utils import sdpa_mask  # noqa: E402
 from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (  # noqa: E402
     GlmMoeDsaAttention,
     GlmMoeDsaRotaryEmbedding,
-    apply_rotary_pos_emb_interleave,
 )
 
 from bench.rounds import alternate, machine, ratio_spread, spread  # noqa: E402
-from model.dsa import install_dsa_indexers  # noqa: E402
+from model.dsa import install_dsa_indexers, mla_projections  # noqa: E402
 from model.dsa_gather import SPARSE_GATHER  # noqa: E402
 from model.presets import PRESETS  # noqa: E402
 
@@ -140,14 +139,7 @@ def dense_attention(layer, hidden, embeddings, cache=None):
     transformers' `sdpa_attention_forward` sets SDPA's `is_causal` for more than one query; one decoded query
     attends to every cached key, as it should."""
     batch_size, seq_length = hidden.shape[:-1]
-    q_resid = layer.q_a_layernorm(layer.q_a_proj(hidden))
-    q_states = layer.q_b_proj(q_resid).view(batch_size, seq_length, -1, layer.qk_head_dim).transpose(1, 2)
-    q_pass, q_rot = torch.split(q_states, [layer.qk_nope_head_dim, layer.qk_rope_head_dim], dim=-1)
-    kv_pass, k_rot = torch.split(layer.kv_a_proj_with_mqa(hidden), [layer.kv_lora_rank, layer.qk_rope_head_dim],
-                                 dim=-1)
-    k_pass = layer.kv_a_layernorm(kv_pass).view(batch_size, 1, seq_length, layer.kv_lora_rank)
-    k_rot = k_rot.view(batch_size, 1, seq_length, layer.qk_rope_head_dim)
-    q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, *embeddings)
+    _, q_pass, q_rot, k_pass, k_rot = mla_projections(layer, hidden, embeddings)
     if cache is not None:
         k_pass, k_rot = cache.update(k_pass, k_rot, layer.layer_idx)
     key_states, value_states = layer.expand_kv(k_pass, k_rot)

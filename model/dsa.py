@@ -193,6 +193,23 @@ def selected_scores(q, k, weights, allowed, scale: float, selected: torch.Tensor
     return scores.masked_fill(~allowed.gather(-1, selected), float("-inf"))
 
 
+def mla_projections(attention: GlmMoeDsaAttention, hidden_states: torch.Tensor, position_embeddings):
+    """transformers' MLA projections of `GlmMoeDsaAttention.forward` up to the cache: (q_resid, q_nope, q_rope
+    [B, H, S, ·], latent [B, 1, S, kv_lora_rank], k_rope [B, 1, S, rope]), rotary applied. The latents are what
+    sparse-gather attends over; the bench's dense arm expands them as transformers does."""
+    batch_size, seq_length = hidden_states.shape[:-1]
+    q_resid = attention.q_a_layernorm(attention.q_a_proj(hidden_states))
+    q_states = attention.q_b_proj(q_resid).view(batch_size, seq_length, -1, attention.qk_head_dim).transpose(1, 2)
+    q_nope, q_rope = torch.split(q_states, [attention.qk_nope_head_dim, attention.qk_rope_head_dim], dim=-1)
+    latent, k_rope = torch.split(attention.kv_a_proj_with_mqa(hidden_states),
+                                 [attention.kv_lora_rank, attention.qk_rope_head_dim], dim=-1)
+    latent = attention.kv_a_layernorm(latent).view(batch_size, 1, seq_length, attention.kv_lora_rank)
+    k_rope = k_rope.view(batch_size, 1, seq_length, attention.qk_rope_head_dim)
+    cos, sin = position_embeddings
+    q_rope, k_rope = apply_rotary_pos_emb_interleave(q_rope, k_rope, cos, sin)
+    return q_resid, q_nope, q_rope, latent, k_rope
+
+
 class DsaAttention(GlmMoeDsaAttention):
     """`GlmMoeDsaAttention` that runs sparse-gather attention itself (model/dsa_gather.py) when the model's
     attention implementation is SPARSE_GATHER, and transformers' forward otherwise.
@@ -207,15 +224,7 @@ class DsaAttention(GlmMoeDsaAttention):
             return super().forward(hidden_states, position_embeddings, attention_mask, cache=cache,
                                    position_ids=position_ids, prev_topk_indices=prev_topk_indices, **kwargs)
         batch_size, seq_length = hidden_states.shape[:-1]
-        q_resid = self.q_a_layernorm(self.q_a_proj(hidden_states))
-        q_states = self.q_b_proj(q_resid).view(batch_size, seq_length, -1, self.qk_head_dim).transpose(1, 2)
-        q_nope, q_rope = torch.split(q_states, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
-        latent, k_rope = torch.split(self.kv_a_proj_with_mqa(hidden_states), [self.kv_lora_rank, self.qk_rope_head_dim],
-                                     dim=-1)
-        latent = self.kv_a_layernorm(latent).view(batch_size, 1, seq_length, self.kv_lora_rank)
-        k_rope = k_rope.view(batch_size, 1, seq_length, self.qk_rope_head_dim)
-        cos, sin = position_embeddings
-        q_rope, k_rope = apply_rotary_pos_emb_interleave(q_rope, k_rope, cos, sin)
+        q_resid, q_nope, q_rope, latent, k_rope = mla_projections(self, hidden_states, position_embeddings)
         if cache is not None:
             latent, k_rope = cache.update(latent, k_rope, self.layer_idx, kwargs=kwargs)
         keys = latent.shape[2]
