@@ -29,7 +29,16 @@ and launch→end seconds, and the per-round ratios sync/async (above 1: async fa
 min and max, never best-of, with the load average and versions, as one JSON document. Each run also shows its
 steps done, groups trained, mean reward, mean grad norm and stale samples dropped, so a dead arm shows.
 
+The model: by default the untrained init of a store of the bench's own (suites calc and search), whose every
+reward is 0, so the arms train nothing and only the clocks compare. `--store ROOT --checkpoint REF` starts both
+modes from a committed checkpoint of an existing store instead (e.g. a demo's `reasoning_rl:latest`), on that
+store's newest calc and search datasets, with the runs' checkpoints committed under `bench/async-vs-sync/` there
+(never `checkpoints/agentic_rl/`, so `agentic_rl:latest` still names what the pipeline made); give that model the
+demo's episode limits (`--max-new-tokens 64 --max-turns 6`) so that its episodes can succeed.
+
     .venv/bin/python bench/async_vs_sync.py [--rounds 3 --steps 8 --at-step 4 --latency-median-s 0.2 --latency-sigma 1.5]
+    .venv/bin/python bench/async_vs_sync.py --store artifacts --checkpoint reasoning_rl:latest \\
+        --max-new-tokens 64 --max-turns 6
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from bench.rounds import alternate, machine, ratio_spread, spread  # noqa: E402
 from data_prep.prepare import prepare  # noqa: E402
 from infra.launch import run_stage_job  # noqa: E402
 from infra.launchers.local import LocalLaunch  # noqa: E402
+from infra.references import resolve_checkpoint, resolve_dataset  # noqa: E402
 from infra.store import open_store  # noqa: E402
 from stages.agentic.config import AgenticRlConfig  # noqa: E402
 from stages.common.events import parse_event  # noqa: E402
@@ -59,16 +69,35 @@ MODES = ("sync", "async")
 def config_for(mode: str, index: int, store: dict, args) -> AgenticRlConfig:
     """Everything but `mode` alike in both arms; a run id of its own per round, since a run whose output is already
     in the store would end without training."""
+    run_id = f"{store['bench_id']}-{mode}-r{index}"
     return AgenticRlConfig(
-        run_id=f"bench-{mode}-r{index}", store=store["root"], init_checkpoint=store["init"],
+        run_id=run_id, output_name=f"bench/async-vs-sync/{run_id}", store=store["root"], init_checkpoint=store["init"],
         datasets=store["datasets"], seed=args.seed, mode=mode, max_steps=args.steps, group_size=args.group_size,
         groups_per_step=args.groups_per_step, max_in_flight_groups=args.groups_per_step,
         staleness_tau=args.staleness_tau, dynamic_sampling={"enabled": args.dynamic_sampling},
-        engines={"replicas": 2}, sampling={"max_new_tokens": 16},
-        episode={"max_turns": 3, "max_context": 512, "discard_above": 480},
+        engines={"replicas": 2}, sampling={"max_new_tokens": args.max_new_tokens},
+        episode={"max_turns": args.max_turns},  # the stage's context limits: a search prompt alone is ~350 tokens
         env_latency_median_s=args.latency_median_s, env_latency_sigma=args.latency_sigma,
         checkpoint_every=args.steps,  # no resume checkpoint inside the run: only the final commit, in teardown
     )
+
+
+def starting_point(args, workdir: Path) -> dict:
+    """Where the runs commit, the checkpoint they start from and their datasets: `--checkpoint` of `--store` on that
+    store's newest calc and search, or a store of the bench's own in `workdir` with an untrained init."""
+    bench_id = f"bench-{time.strftime('%Y%m%dT%H%M%S')}"
+    if args.checkpoint:
+        store = open_store(args.store)
+        try:
+            return {"root": args.store, "bench_id": bench_id,
+                    "init": resolve_checkpoint(store, args.checkpoint, "--checkpoint"),
+                    "datasets": [resolve_dataset(store, f"{suite}:latest", "--store") for suite in ("calc", "search")]}
+        except ValueError as error:  # a reference that names nothing committed
+            raise SystemExit(f"bench/async_vs_sync.py: {error}") from None
+    prepared = prepare(open_store(str(workdir / "store")), suites=["calc", "search"], sizes=SuiteSizes(200, 20),
+                       preset="glm5-tiny", seed=0, triggered_by="bench")
+    return {"root": str(workdir / "store"), "bench_id": bench_id, "init": prepared.init_checkpoint.uri,
+            "datasets": sorted(d.uri for d in prepared.datasets.values())}
 
 
 def run_mode(mode: str, index: int, store: dict, args, workdir: Path) -> dict:
@@ -116,8 +145,15 @@ def main() -> None:
     parser.add_argument("--latency-sigma", type=float, default=1.5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=16, help="per turn (the demo's agentic RL: 64)")
+    parser.add_argument("--max-turns", type=int, default=3, help="per episode (the demo's agentic RL: 6)")
+    parser.add_argument("--store", help="an existing store to start from (with --checkpoint)")
+    parser.add_argument("--checkpoint", help="a committed checkpoint of --store both modes start from, e.g. "
+                                             "reasoning_rl:latest (default: an untrained init of the bench's own)")
     parser.add_argument("--out", type=Path, help="also write the JSON document here")
     args = parser.parse_args()
+    if (args.store is None) != (args.checkpoint is None):
+        parser.error("--store and --checkpoint go together")
     if args.rounds < 3:
         parser.error("--rounds: at least 3, so that the median and the range say something")
     if not 1 <= args.at_step <= args.steps:
@@ -126,11 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="async-bench-") as tmp:
         workdir = Path(tmp)
         os.environ["POSTTRAIN_WORKDIR"] = str(workdir / "runs")
-        # A store of its own: every run commits its final checkpoint into it.
-        prepared = prepare(open_store(str(workdir / "store")), suites=["calc", "search"], sizes=SuiteSizes(200, 20),
-                           preset="glm5-tiny", seed=0, triggered_by="bench")
-        store = {"root": str(workdir / "store"), "init": prepared.init_checkpoint.uri,
-                 "datasets": sorted(d.uri for d in prepared.datasets.values())}
+        store = starting_point(args, workdir)
         loads = machine()
         runs = alternate({mode: lambda index, mode=mode: run_mode(mode, index, store, args, workdir) for mode in MODES},
                          args.rounds)
@@ -144,6 +176,7 @@ def main() -> None:
         "staleness_tau": args.staleness_tau, "dynamic_sampling": args.dynamic_sampling,
         "latency_median_s": args.latency_median_s,
         "latency_sigma": args.latency_sigma, "seed": args.seed, "threads": args.threads,
+        "checkpoint": store["init"], "max_new_tokens": args.max_new_tokens, "max_turns": args.max_turns,
         "arms": {mode: {**{figure: spread([run[figure] for run in runs[mode]]) for figure in figures},
                         "runs": runs[mode]} for mode in MODES},
         # Seconds sync / seconds async, rounds paired as they alternated: above 1, async is faster.
