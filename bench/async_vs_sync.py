@@ -27,7 +27,8 @@ Like for like:
 Rounds alternate (bench/rounds.py, at least 3), each round running both modes once; each mode's launch→N-th-step
 and launch→end seconds, and the per-round ratios sync/async (above 1: async faster), are reported as median with
 min and max, never best-of, with the load average and versions, as one JSON document. Each run also shows its
-steps done, groups trained, mean reward, mean grad norm and stale samples dropped, so a dead arm shows.
+steps done, groups trained, mean reward, mean grad norm, the model's tokens per trained episode and stale
+samples dropped, so a dead arm shows.
 
 The model: by default the untrained init of a store of the bench's own (suites calc and search), whose every
 reward is 0, so the arms train nothing and only the clocks compare. `--store ROOT --checkpoint REF` starts both
@@ -125,6 +126,9 @@ def run_mode(mode: str, index: int, store: dict, args, workdir: Path) -> dict:
         "groups_trained": trained, "samples_trained": trained * args.group_size,
         "reward_mean": sum(s["reward_mean"] * s["groups_trained"] for s in updated) / trained if trained else None,
         "grad_norm_mean": sum(s["grad_norm"] for s in updated) / len(updated) if updated else None,
+        # The model's tokens per trained episode, every turn: an arm whose episodes end at once shows here.
+        "completion_tokens_mean": sum(s["trained_tokens"] for s in updated) / (trained * args.group_size)
+        if trained else None,
         "stale_dropped": sum(s["stale_dropped"] for s in steps),
         "groups_drawn": sum(s["groups_drawn"] for s in steps),
     }

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from bench.learning import SANITY_COLUMNS, main
-from bench.learning_runs import with_overrides
-from bench.learning_stats import mean_interval, paired_differences, t_quantile
 from flows.spec import preset_path
 from infra.store import open_store
+from posttrain.learning_bench import SANITY_COLUMNS, main
+from posttrain.learning_runs import with_overrides
+from posttrain.learning_stats import mean_interval, paired_differences, t_quantile
 
 
 def test_t_quantiles_are_students():

@@ -1,5 +1,6 @@
-"""The runs of bench/learning.py: a stage's config as the pipeline makes it, one training job run as the stage's
-flow runs it, its checkpoint evaluated as the flow evaluates it, and the job's step records summed up.
+"""The runs of the learning bench (posttrain/learning_bench.py): a stage's config as the pipeline makes it, one
+training job run as the stage's flow runs it, its checkpoint evaluated as the flow evaluates it, and the job's
+step records summed up.
 
 Everything that decides a result is the pipeline's own code: `prepare_data` resolves the spec's datasets
 (preparing is idempotent: on the demo's store it commits nothing new), `flow_inputs` builds the stage's config

@@ -1,4 +1,5 @@
-"""The statistics of bench/learning.py: a mean with its Student's t confidence interval, and paired differences.
+"""The statistics of the learning bench (posttrain/learning_bench.py): a mean with its Student's t confidence
+interval, and paired differences.
 
 The t quantile is scipy's (a dev dependency): torch.distributions.StudentT has no icdf, and a hand-written
 inverse of the incomplete beta function is numerical code a library already has, tested.
