@@ -50,7 +50,8 @@ ROLLOUT_V1 = Contract(
             optional("old_logprobs", list_of(pa.float32())),
             # Distillation: the teacher's logprob of every response token (0 where the mask is 0).
             optional("teacher_logprobs", list_of(pa.float32())),
-            # Each reward module's own score (null: the module could not score it).
+            # Each reward module's own score (null: the module could not score it); in agentic RL the parts of
+            # the reward: the task's success and, from a task that grades progress, its partial credit.
             optional("reward_scores", pa.list_(pa.field("item", REWARD_SCORE, nullable=False))),
             # What the reward modules were given besides the completion: {"messages", "reference",
             # "metadata"}, so a recorded module can score the sample again.

@@ -55,6 +55,16 @@ class CoinTask:
         return self.coin.random() < 0.5
 
 
+class GradedFailureTask(CoinTask):
+    """The calc task whose episodes all fail, each graded with a random partial credit (seeded per service)."""
+
+    def succeeded(self, episode):
+        return False
+
+    def partial_credit(self, episode):
+        return self.coin.choice([0.0, 0.5, 1.0])
+
+
 def steps_of(events):
     return [e for e in events if e["event"] == "step"]
 
@@ -124,3 +134,20 @@ def test_asynchronous_agentic_rl_trains_only_groups_with_signal_and_rates_every_
     assert steps[-1]["difficulty_outside_band"] > 0
     rewards = groups_on_record(open_store(small_store["root"]).open(config.output_name))
     assert rewards and all(len(set(group)) > 1 for group in rewards.values())
+
+
+def test_partial_credit_gives_failed_groups_signal_and_both_parts_go_on_record(small_store, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    task = "tests.test_dynamic_sampling:GradedFailureTask"
+    config = agentic_config(small_store, "partial-credit", tasks={task: 1.0},
+                            engines={"replicas": 1}, max_steps=2, partial_credit_weight=0.5)
+    steps = steps_of(run_agentic_job(config, tmp_path))
+    # Every episode failed: without the credit no group would have signal, and no step would update.
+    assert len(steps) == 2 and all(step["groups_trained"] > 0 and "updated" not in step for step in steps)
+    assert all(step[f"success/{task}"] == 0.0 and 0 < step["reward_mean"] <= 0.5 for step in steps)
+    rows = [row for shard in recorded_shards(open_store(small_store["root"]).open(config.output_name))
+            for row in shard.table().to_pylist()]
+    assert rows
+    for row in rows:
+        parts = {part["module"]: part["score"] for part in row["reward_scores"]}
+        assert parts[f"{task}/success"] == 0.0 and row["reward"] == 0.5 * parts[f"{task}/partial_credit"]

@@ -60,3 +60,34 @@ def test_a_service_holds_a_bounded_number_of_episodes():
     assert full.status_code == 429 and "at most 2 at once (--max-episodes)" in full.text
     calc.post("/abandon", json={"episode_id": "a"})
     assert calc.post("/reset", json={"episode_id": "c", "messages": PROMPT, "reference": "4"}).status_code == 200
+
+
+def play_calc(calc: TestClient, episode_id: str, turns: list[str]) -> dict:
+    calc.post("/reset", json={"episode_id": episode_id, "messages": [{"role": "user", "content": "Compute it."}],
+                              "reference": "12", "metadata": {"expression": "((5 + 3) * 2) - 4"}})
+    for text in turns:
+        calc.post("/step", json={"episode_id": episode_id, "text": text})
+    return calc.post("/verify", json={"episode_id": episode_id}).json()
+
+
+def test_calc_grades_the_worked_steps_its_calls_made_in_order_and_success_stays_the_answer():
+    calc = TestClient(build_env_app(CalcTask()))
+    answer = "8 * 2 = 16\n16 - 4 = 12</think>The answer is 12.<|user|>"
+    wrong_answer = "done</think>The answer is 11.<|user|>"
+    every_step = play_calc(calc, "all", [calls("5 + 3"), calls("8*2"), calls("16 - 4"), answer])
+    assert (every_step["reward"], every_step["credit"]) == (1.0, 1.0)
+    # Right calls, wrong answer: credit without success; the answer alone (no calls): success without credit.
+    assert play_calc(calc, "miss", [calls("5 + 3", "8 * 2", "16 - 4"), wrong_answer])["credit"] == 1.0
+    assert play_calc(calc, "miss", [calls("5 + 3", "8 * 2", "16 - 4"), wrong_answer])["reward"] == 0.0
+    assert (play_calc(calc, "head", [answer])["reward"], play_calc(calc, "h2", [answer])["credit"]) == (1.0, 0.0)
+    # The prefix up to the first call that is not the next step: a skipped step earns nothing past it.
+    assert play_calc(calc, "one", [calls("5 + 3", "16 - 4"), wrong_answer])["credit"] == 1 / 3
+    assert play_calc(calc, "two", [calls("5 + 3"), calls("8 * 2"), calls("9 - 4"), wrong_answer])["credit"] == 2 / 3
+    # Calls past the last step, another tool's call, a malformed final turn: the made steps still count.
+    assert play_calc(calc, "more", [calls("5 + 3", "8 * 2", "16 - 4", "12 + 0"), "garbage"])["credit"] == 1.0
+    search = TestClient(build_env_app(SearchTask()))  # a task that does not grade progress: no credit at all
+    search.post("/reset", json={"episode_id": "s", "messages": PROMPT, "reference": "Paris",
+                                "metadata": {"graph_seed": 0}})
+    search.post("/step", json={"episode_id": "s", "text": "x</think>The answer is Paris.<|user|>"})
+    assert search.post("/verify", json={"episode_id": "s"}).json() == {"reward": 1.0, "credit": None, "turns": 1,
+                                                                       "tool_calls": 0}

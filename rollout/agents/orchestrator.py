@@ -57,6 +57,7 @@ class RolloutResult:
     weight_versions: list[int] = field(default_factory=list)
     turns: int = 0
     replicas: list[str] = field(default_factory=list)  # the engine replica of each turn
+    credit: float | None = None  # the task's partial credit (tasks that grade progress), None without a verdict
 
 
 class EnvironmentFailure(RuntimeError):
@@ -79,8 +80,9 @@ class Orchestrator:
         started = time.time()
         timing = {"gen": 0.0, "env": 0.0}
         builder = TrajectoryBuilder()
+        credit = None
         try:
-            status, reward = await self._episode(spec, builder, timing)
+            status, reward, credit = await self._episode(spec, builder, timing)
             failure = None
         except EnvironmentFailure as error:
             status, reward, failure = "env_error", None, str(error)
@@ -89,9 +91,11 @@ class Orchestrator:
             await self.registry.release(spec.task)
         rows = [self._row(spec, index, segment, reward, status, started, timing)
                 for index, segment in enumerate(builder.segments)]
-        return RolloutResult(spec, rows, reward, status, failure, builder.weight_versions, builder.turns, replicas)
+        return RolloutResult(spec, rows, reward, status, failure, builder.weight_versions, builder.turns, replicas, credit)
 
-    async def _episode(self, spec: RolloutSpec, builder: TrajectoryBuilder, timing: dict) -> tuple[str, float]:
+    async def _episode(self, spec: RolloutSpec, builder: TrajectoryBuilder, timing: dict
+                       ) -> tuple[str, float, float | None]:
+        """(status, reward, partial credit); an episode cut short (out of turns or context) has no verdict: 0, None."""
         url = self._env_url(spec.task)
         reset = await self._env(url, "/reset", {
             "episode_id": spec.rollout_id, "messages": list(spec.row["messages"]),
@@ -104,7 +108,7 @@ class Orchestrator:
             budget = self.settings.max_context - len(ids)
             if budget <= 0:
                 await self._abandon(url, spec.rollout_id)
-                return "truncated", 0.0
+                return "truncated", 0.0, None
             started = time.monotonic()
             sampling = self.sampling.model_copy(update={"max_new_tokens": min(self.sampling.max_new_tokens, budget)})
             sample = await self.fleet.generate(spec.rollout_id, ids, sampling)
@@ -114,11 +118,11 @@ class Orchestrator:
             step = await self._env(url, "/step", {"episode_id": spec.rollout_id, "text": text}, timing)
             if step["done"]:
                 verdict = await self._env(url, "/verify", {"episode_id": spec.rollout_id}, timing)
-                return "ok", float(verdict["reward"])
+                return "ok", float(verdict["reward"]), verdict.get("credit")
             context.add_round(sample.output_ids, observation_ids(self.tokenizer, step["tool_results"]),
                               self._placeholder(len(step["tool_results"])))
         await self._abandon(url, spec.rollout_id)
-        return "truncated", 0.0  # out of turns without an answer: the model's failure
+        return "truncated", 0.0, None  # out of turns without an answer: the model's failure
 
     def _env_url(self, task: str) -> str:
         try:

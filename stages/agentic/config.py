@@ -39,6 +39,9 @@ class AgenticRecipe(BaseModel):
     objective: ImportanceSettings = ImportanceSettings()
     push_every: int = Field(1, ge=1, description="K: optimizer steps between weight pushes to the engines")
     reset_optimizer_on_push: bool = Field(True, description="zero AdamW's moments after each push (SPEC)")
+    partial_credit_weight: float = Field(0.0, ge=0, description=(
+        "trained reward = success + this × the task's partial credit, for tasks that grade progress "
+        "(calc: the share of worked steps its calculator calls made); evaluation counts success only"))
     dynamic_sampling: DynamicSamplingSettings = DynamicSamplingSettings()
     difficulty: DifficultySettings = DifficultySettings()
     staleness_tau: int = Field(2, ge=0, description="τ: drop samples whose oldest weights are more than τ versions old")

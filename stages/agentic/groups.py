@@ -1,5 +1,5 @@
-"""Which finished rollouts agentic RL trains on: the staleness filter and the group-refill rule; and what a
-group tells of its prompt's difficulty.
+"""Which finished rollouts agentic RL trains on: the staleness filter and the group-refill rule; the reward
+a rollout is trained with; and what a group tells of its prompt's difficulty.
 
 SPEC "Agentic RL": a sample records every weight version it was generated under (w_0 < … < w_k) and
 is dropped once the trainer's version has moved more than τ past w_0. A sample whose environment
@@ -37,3 +37,9 @@ def rollout_passes(results: Sequence, solved_at: float) -> tuple[int, int]:
     ones included: the policy's attempts all the same), and those of them whose reward is at least `solved_at`."""
     scored = [r.reward for r in results if r.status != "env_error" and r.reward is not None]
     return sum(reward >= solved_at for reward in scored), len(scored)
+
+
+def trained_reward(result, credit_weight: float) -> float:
+    """Success plus `credit_weight` times the task's partial credit (none from a task that does not grade progress,
+    nor from an episode cut short): the reward the rollout's advantage comes from."""
+    return result.reward + credit_weight * (result.credit or 0.0)

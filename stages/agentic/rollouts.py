@@ -23,7 +23,7 @@ from rollout.agents.registry import TaskRegistry
 from rollout.fleet import Fleet
 from rollout.weight_push import WeightDelivery
 from stages.agentic.config import AgenticRlConfig
-from stages.agentic.groups import is_stale, refill_group, rollout_passes
+from stages.agentic.groups import is_stale, refill_group, rollout_passes, trained_reward
 from stages.common.difficulty import Observation, PassRates
 
 
@@ -183,6 +183,7 @@ def _cause(failure: str | None) -> str:
 @dataclass
 class StepBatch:
     groups: list  # the groups to train on, each G results
+    rewards: list[list[float]]  # each trained result's reward (success plus weighted partial credit), as `groups`
     failures: Counter  # environment failures by cause
     stale: int  # samples dropped as too old
     dropped: int  # groups dropped: G/2 or fewer usable samples left
@@ -192,7 +193,7 @@ class StepBatch:
     drawn_outside_band: int  # groups taken whose prompt was drawn from outside the pass-rate band
 
     def counts(self) -> dict[str, int]:
-        signal = sum(len({r.reward for r in results}) > 1 for results in self.groups)
+        signal = sum(len(set(rewards)) > 1 for rewards in self.rewards)
         return {"groups_drawn": self.taken, "groups_with_signal": signal, "groups_trained": len(self.groups),
                 "groups_no_signal": self.no_signal}
 
@@ -204,7 +205,7 @@ def next_batch(producer: RolloutProducer, config: AgenticRlConfig, version: int)
     mode every group taken is replaced at once, in sync mode every group not trained on."""
     sampling = config.dynamic_sampling
     cap = config.groups_per_step * sampling.max_draws if sampling.enabled else None
-    batch = StepBatch([], Counter(), 0, 0, 0, 0, [], 0)
+    batch = StepBatch([], [], Counter(), 0, 0, 0, 0, [], 0)
     while len(batch.groups) < config.groups_per_step and batch.taken != cap:
         group = producer.next_group()
         batch.taken += 1
@@ -213,13 +214,15 @@ def next_batch(producer: RolloutProducer, config: AgenticRlConfig, version: int)
         verdict = usable_group(group, config.group_size, version, config.staleness_tau)
         batch.failures.update(verdict.env_failures)
         batch.stale += verdict.stale
+        rewards = [trained_reward(r, config.partial_credit_weight) for r in verdict.results or []]
         trains = False
         if verdict.results is None:
             batch.dropped += 1
-        elif sampling.enabled and len({r.reward for r in verdict.results}) == 1:
+        elif sampling.enabled and len(set(rewards)) == 1:
             batch.no_signal += 1
         else:
             batch.groups.append(verdict.results)
+            batch.rewards.append(rewards)
             trains = True
         still_short = len(batch.groups) < config.groups_per_step and batch.taken != cap
         if config.mode == "async" or (not trains and still_short):

@@ -84,15 +84,16 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
                                           **health, "updated": 0, "weight_version": version})
                 continue
             with timed() as training:
-                rewards = torch.tensor([[r.reward for r in results] for results in groups], dtype=torch.float32)
+                rewards = torch.tensor(drawn.rewards, dtype=torch.float32)
                 rollout_advantages = centred_advantages(rewards).flatten()
                 batch, advantages = segments_batch(groups, rollout_advantages, tokenizer.pad_token_id)
                 trained = policy_step(
                     engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite, step + 1,
                     importance_loss_of(advantages, config.objective),
                     mean_over="tokens")
-                samples = agentic_rows(config.stage_name, step + 1, groups, rollout_advantages, trained.logp_old,
-                                       importance_mask(trained.logp_old, batch.logp_infer, config.objective), version)
+                samples = agentic_rows(config.stage_name, step + 1, groups, drawn.rewards, rollout_advantages,
+                                       trained.logp_old, importance_mask(trained.logp_old, batch.logp_infer,
+                                                                         config.objective), version)
             trained_samples += sum(len(results) for results in groups)
             push_s = 0.0  # a step between pushes spends nothing on one
             if (step + 1) % config.push_every == 0:

@@ -1,7 +1,8 @@
 """An agent task as its own HTTP service: `python -m rollout.agents.envs.service --task search --port N`.
 
 Endpoints: `POST /reset` poses a task row as a new episode, `POST /step` applies one model turn and
-returns the tool results, `POST /verify` scores the finished episode (and forgets it), `GET /health`.
+returns the tool results, `POST /verify` scores the finished episode, with the task's partial credit
+where it grades progress (and forgets it), `GET /health`.
 With `--orchestrator URL` the service registers itself there once it is up. `--latency-median-s`
 adds a seeded lognormal delay to every step, the heavy tail of real tools (bench/async_vs_sync.py).
 """
@@ -23,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from infra.lifetime import exit_with_owner
 from rollout.agents.envs.catalog import load_task
-from rollout.agents.envs.tasks import AgentTask, Episode, take_turn
+from rollout.agents.envs.tasks import AgentTask, Episode, PartialCredit, take_turn
 from rollout.auth import api_key, bearer_headers, require_api_key
 from rollout.http_errors import install_validation_errors
 
@@ -57,7 +58,9 @@ class EpisodeRequest(BaseModel):
 
 
 class VerifyResponse(BaseModel):
-    reward: float
+    reward: float = Field(..., description="1 when the episode succeeded, else 0")
+    credit: float | None = Field(None, description="how far it got towards success, in [0, 1], from a task that "
+                                                   "grades progress (PartialCredit); null from one that does not")
     turns: int
     tool_calls: int
 
@@ -131,7 +134,9 @@ def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: f
             raise HTTPException(status_code=409, detail=f"episode {request.episode_id!r} has not finished")
         del episodes[request.episode_id]
         touched.pop(request.episode_id, None)
-        return VerifyResponse(reward=float(task.succeeded(current)), turns=current.turns, tool_calls=current.tool_calls)
+        credit = task.partial_credit(current) if isinstance(task, PartialCredit) else None
+        return VerifyResponse(reward=float(task.succeeded(current)), credit=credit, turns=current.turns,
+                              tool_calls=current.tool_calls)
 
     @app.post("/abandon")
     async def abandon(request: EpisodeRequest) -> dict:

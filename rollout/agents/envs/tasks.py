@@ -3,7 +3,9 @@
 An episode is posed by a task row (the prompt messages, the reference answer and metadata such as
 the search graph's seed). Each model turn is parsed as the chat format defines it; a well-formed turn
 with tool calls gets the tools' results and the episode goes on, any other turn ends it. The episode
-succeeds when its last turn is a well-formed reply stating the reference answer.
+succeeds when its last turn is a well-formed reply stating the reference answer. A task may also grade
+how far a finished episode got (`PartialCredit`): calc credits the worked steps its calculator calls
+made, so a group whose episodes all miss the answer still tells the better attempts from the worse.
 
 `take_turn` is the one place an episode is played: the task services run it for agentic RL, distillation
 and the agentic evaluation, and SFT's search evaluation runs it in-process
@@ -15,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from model.tool_calls import ToolCall
 from model.turns import TurnScore, score_turn
 from rollout.agents.envs.sandbox import SandboxLimits, calculate
 from suites.answers import stated_answer, stated_integer
+from suites.arith import worked_steps
 from suites.calc import TOOLS as CALC_TOOLS
 from suites.search import TOOLS as SEARCH_TOOLS
 from suites.search import KnowledgeGraph, build_graph
@@ -37,6 +40,7 @@ class Episode:
     turns: int = 0
     finished: bool = False
     tool_calls: int = 0
+    calls: list[ToolCall] = field(default_factory=list)  # the calls the tools ran, in order
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,15 @@ class AgentTask(Protocol):
     def succeeded(self, episode: Episode) -> bool: ...
 
 
+@runtime_checkable
+class PartialCredit(Protocol):
+    """A task that grades progress besides success. Training may add the grade to the reward
+    (agentic RL's `partial_credit_weight`); success alone is what evaluations count."""
+
+    def partial_credit(self, episode: Episode) -> float:
+        """How far the finished episode got towards success, in [0, 1]."""
+
+
 def take_turn(task: AgentTask, episode: Episode, text: str) -> StepResult:
     """Apply one model turn (the text after the generation prompt, thinking on) to the episode."""
     if episode.finished:
@@ -72,6 +85,7 @@ def take_turn(task: AgentTask, episode: Episode, text: str) -> StepResult:
     episode.tool_calls += len(calls)
     # Each call may be a child process (the calculator): a turn asking for many is answered for the first few.
     refused = f"Error: at most {MAX_TOOL_CALLS_PER_TURN} tool calls per turn; this one was not run."
+    episode.calls += calls[:MAX_TOOL_CALLS_PER_TURN]
     return StepResult(turn, [task.execute(call, episode) if index < MAX_TOOL_CALLS_PER_TURN else refused
                              for index, call in enumerate(calls)])
 
@@ -118,4 +132,25 @@ class CalcTask:
 
     def succeeded(self, episode: Episode) -> bool:
         return episode.final_reply is not None and stated_integer(episode.final_reply) == int(episode.reference)
+
+    def partial_credit(self, episode: Episode) -> float:
+        """The share of the expression's steps the calculator calls made, in order, before the first call that
+        is not the next step (spacing aside): the steps the SFT data works, "a op b" with a the result so far.
+        Measured by the calls, not the reply, so it rewards using the tool right even where the answer is then
+        stated wrong or not at all. A row without `metadata.expression` earns none."""
+        expression = episode.metadata.get("expression")
+        if not isinstance(expression, str):
+            return 0.0
+        try:
+            steps = [step.split(" = ")[0].replace(" ", "") for step in worked_steps(expression)]
+        except ValueError:  # not an expression arith writes: nothing to grade against
+            return 0.0
+        made = [str(call.arguments.get("expression", "")).replace(" ", "") for call in episode.calls
+                if call.name == "calculate"]
+        matched = 0
+        for call, step in zip(made, steps, strict=False):
+            if call != step:
+                break
+            matched += 1
+        return matched / len(steps) if steps else 0.0
 
