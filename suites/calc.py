@@ -13,6 +13,7 @@ the model learns when to reach for the tool from the question, not only from the
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from suites.arith import make_problem
@@ -27,6 +28,7 @@ TOOLS = [{
     },
 }]
 LEVELS = (2, 3)  # operations per expression, one calculator call each
+QUESTION = re.compile(r"Use the calculator to compute (.+)\.")  # `CalcEpisode.question`: the expression
 
 
 @dataclass(frozen=True)

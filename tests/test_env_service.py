@@ -63,8 +63,8 @@ def test_a_service_holds_a_bounded_number_of_episodes():
 
 
 def play_calc(calc: TestClient, episode_id: str, turns: list[str]) -> dict:
-    calc.post("/reset", json={"episode_id": episode_id, "messages": [{"role": "user", "content": "Compute it."}],
-                              "reference": "12", "metadata": {"expression": "((5 + 3) * 2) - 4"}})
+    question = [{"role": "user", "content": "Use the calculator to compute ((5 + 3) * 2) - 4."}]
+    calc.post("/reset", json={"episode_id": episode_id, "messages": question, "reference": "12"})
     for text in turns:
         calc.post("/step", json={"episode_id": episode_id, "text": text})
     return calc.post("/verify", json={"episode_id": episode_id}).json()
@@ -80,9 +80,15 @@ def test_calc_grades_the_worked_steps_its_calls_made_in_order_and_success_stays_
     assert play_calc(calc, "miss", [calls("5 + 3", "8 * 2", "16 - 4"), wrong_answer])["credit"] == 1.0
     assert play_calc(calc, "miss", [calls("5 + 3", "8 * 2", "16 - 4"), wrong_answer])["reward"] == 0.0
     assert (play_calc(calc, "head", [answer])["reward"], play_calc(calc, "h2", [answer])["credit"]) == (1.0, 0.0)
-    # The prefix up to the first call that is not the next step: a skipped step earns nothing past it.
-    assert play_calc(calc, "one", [calls("5 + 3", "16 - 4"), wrong_answer])["credit"] == 1 / 3
-    assert play_calc(calc, "two", [calls("5 + 3"), calls("8 * 2"), calls("9 - 4"), wrong_answer])["credit"] == 2 / 3
+    # Graded by parts (a, op, b) up to the first call that misses one: what comes after it earns nothing.
+    assert play_calc(calc, "one", [calls("5 + 3", "16 - 4"), wrong_answer])["credit"] == 3 / 9
+    assert play_calc(calc, "near", [calls("5 - 3", "8 * 2", "16 - 4"), wrong_answer])["credit"] == 2 / 9
+    assert play_calc(calc, "two", [calls("5 + 3"), calls("8 * 2"), calls("9 - 4"), wrong_answer])["credit"] == 8 / 9
+    assert play_calc(calc, "text", [calls("five plus three"), wrong_answer])["credit"] == 0.0
+    calc.post("/reset", json={"episode_id": "other", "messages": PROMPT, "reference": "4"})  # not calc's question
+    calc.post("/step", json={"episode_id": "other", "text": calls("2 + 2")})
+    calc.post("/step", json={"episode_id": "other", "text": "x</think>The answer is 4.<|user|>"})
+    assert calc.post("/verify", json={"episode_id": "other"}).json()["credit"] == 0.0
     # Calls past the last step, another tool's call, a malformed final turn: the made steps still count.
     assert play_calc(calc, "more", [calls("5 + 3", "8 * 2", "16 - 4", "12 + 0"), "garbage"])["credit"] == 1.0
     search = TestClient(build_env_app(SearchTask()))  # a task that does not grade progress: no credit at all

@@ -112,6 +112,9 @@ def test_calc_episodes_show_what_the_sandboxed_calculator_answers(produced):
             # The recorded tool turn is exactly what the calc environment's sandbox prints for the call.
             assert result == CalcTask().execute(ToolCall(**call["tool_calls"][0]), Episode("", {}))
         assert messages[-1]["content"] == f"The answer is {results[-1]}." == f"The answer is {references[row['id']]}."
+        # The calls the SFT episode makes are the steps calc's partial credit grades: all of them, in order.
+        played = Episode(references[row["id"]], {}, messages[:1], calls=[ToolCall(**c["tool_calls"][0]) for c in calls])
+        assert CalcTask().partial_credit(played) == 1.0
     questions = {row["messages"][0]["content"] for row in produced[("chat", "arith")]["train"]}
     assert not questions & {row["messages"][0]["content"] for row in rows}  # calc reads differently from arith
 

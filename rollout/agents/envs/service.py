@@ -112,7 +112,7 @@ def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: f
             task.check_row(request.reference, request.metadata)
         except ValueError as error:
             raise HTTPException(status_code=422, detail=f"episode {request.episode_id!r}: {error}") from error
-        episodes[request.episode_id] = Episode(request.reference, request.metadata)
+        episodes[request.episode_id] = Episode(request.reference, request.metadata, request.messages)
         touched[request.episode_id] = time.monotonic()
         return ResetResponse(messages=request.messages, tools=task.tools)
 

@@ -14,6 +14,7 @@ and the agentic evaluation, and SFT's search evaluation runs it in-process
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -24,18 +25,21 @@ from model.turns import TurnScore, score_turn
 from rollout.agents.envs.sandbox import SandboxLimits, calculate
 from suites.answers import stated_answer, stated_integer
 from suites.arith import worked_steps
+from suites.calc import QUESTION as CALC_QUESTION
 from suites.calc import TOOLS as CALC_TOOLS
 from suites.search import TOOLS as SEARCH_TOOLS
 from suites.search import KnowledgeGraph, build_graph
 from suites.search_tools import execute as execute_search
 
 MAX_TOOL_CALLS_PER_TURN = 4
+STEP_CALL = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)")  # one of arith's steps as a calculator call: "a op b"
 
 
 @dataclass
 class Episode:
     reference: str
     metadata: Mapping
+    prompt: list[dict] = field(default_factory=list)  # the task's messages the episode was posed with
     final_reply: str | None = None  # the reply of a well-formed turn without tool calls
     turns: int = 0
     finished: bool = False
@@ -134,23 +138,28 @@ class CalcTask:
         return episode.final_reply is not None and stated_integer(episode.final_reply) == int(episode.reference)
 
     def partial_credit(self, episode: Episode) -> float:
-        """The share of the expression's steps the calculator calls made, in order, before the first call that
-        is not the next step (spacing aside): the steps the SFT data works, "a op b" with a the result so far.
-        Measured by the calls, not the reply, so it rewards using the tool right even where the answer is then
-        stated wrong or not at all. A row without `metadata.expression` earns none."""
-        expression = episode.metadata.get("expression")
-        if not isinstance(expression, str):
+        """The share of the expression's steps the calculator calls made, in order: each step is three parts
+        (the result so far, the operator, the operand), a call that makes all three completes the step and
+        the next call is graded against the next step; the first call that misses earns the parts it got
+        right and ends the grading (spacing aside; a call that is not "a op b" gets nothing). Graded by
+        parts because the demo model's calls are mostly near misses ("4 - 4" for "4 + 4"): whole steps alone
+        left almost every group's credit at 0. Measured by the calls, not the reply, so it rewards using the
+        tool right even where the answer is then stated wrong or not at all. An episode whose last user
+        message is not calc's question ("Use the calculator to compute E.") earns none."""
+        asked = [m.get("content") for m in episode.prompt if m.get("role") == "user"]
+        question = CALC_QUESTION.fullmatch(asked[-1].strip()) if asked and isinstance(asked[-1], str) else None
+        if question is None:
             return 0.0
         try:
-            steps = [step.split(" = ")[0].replace(" ", "") for step in worked_steps(expression)]
-        except ValueError:  # not an expression arith writes: nothing to grade against
+            steps = [STEP_CALL.fullmatch(step.split(" = ")[0]).groups() for step in worked_steps(question.group(1))]
+        except (ValueError, AttributeError):  # not an expression arith writes: nothing to grade against
             return 0.0
-        made = [str(call.arguments.get("expression", "")).replace(" ", "") for call in episode.calls
+        made = [STEP_CALL.fullmatch(str(call.arguments.get("expression", "")).strip()) for call in episode.calls
                 if call.name == "calculate"]
-        matched = 0
+        parts = 0
         for call, step in zip(made, steps, strict=False):
-            if call != step:
+            right = sum(a == b for a, b in zip(call.groups(), step, strict=True)) if call else 0
+            parts += right
+            if right < len(step):
                 break
-            matched += 1
-        return matched / len(steps) if steps else 0.0
-
+        return parts / (3 * len(steps)) if steps else 0.0
