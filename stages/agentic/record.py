@@ -1,7 +1,7 @@
 """An agentic RL step's trained rollouts as rollout@1 rows: every segment of every group member (a refilled
-group's repeated members again, as they were trained), with its rollout's trained reward and advantage (and the reward's parts: success, and the task's partial
-credit where it grades progress), its
-staleness against the weights it trained, and how much of it the importance-sampling gate dropped."""
+group's repeated members again, as they were trained), with its rollout's trained reward, the reward's parts
+(success, and the task's partial credit where it grades progress) and its advantage, its staleness against
+the weights it trained, and how much of it the importance-sampling gate dropped."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from stages.common.rollout_record import masked_fraction
 def agentic_rows(stage: str, step: int, groups: list, rewards: list[list[float]], advantages: torch.Tensor,
                  logp_old: torch.Tensor, kept: torch.Tensor, trained_version: int) -> list[dict]:
     """`groups` as the step trained them (lists of RolloutResult); `rewards` each one's trained reward, as `groups`;
-    `advantages` one per rollout in that order;
-    `logp_old` and `kept` the step's [segments, L-1] trainer logprobs and gate, segments in that order."""
+    `advantages` one per rollout in that order; `logp_old` and `kept` the step's [segments, L-1] trainer
+    logprobs and gate, segments in that order."""
     records, rollout, segment = [], 0, 0
     for results, trained in zip(groups, rewards, strict=True):
         group_id = f"{stage}/step-{step}/{results[0].spec.group_id}"
