@@ -51,6 +51,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest.mock import patch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -163,9 +164,9 @@ def main() -> None:
     if not 1 <= args.at_step <= args.steps:
         parser.error("--at-step: between 1 and --steps")
 
-    with tempfile.TemporaryDirectory(prefix="async-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="async-bench-") as tmp, \
+            patch.dict(os.environ, {"POSTTRAIN_WORKDIR": str(Path(tmp) / "runs")}):  # restored on the way out
         workdir = Path(tmp)
-        os.environ["POSTTRAIN_WORKDIR"] = str(workdir / "runs")
         store = starting_point(args, workdir)
         loads = machine()
         runs = alternate({mode: lambda index, mode=mode: run_mode(mode, index, store, args, workdir) for mode in MODES},

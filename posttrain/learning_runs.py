@@ -21,6 +21,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 from flows.job import evaluation_engines, stage_workdir, with_shared_engine
 from flows.prepare_data import prepare_data
@@ -174,16 +175,8 @@ def run_job(config: StageIO, on_step: Callable[[dict], None]) -> tuple[str, list
 def scratch_workdir() -> Iterator[Path]:
     """Stage jobs' scratch (run.json, rank folders, engines' weight pushes) in a temporary folder, removed at
     the end; POSTTRAIN_WORKDIR names it meanwhile (flows/job.py's stage_workdir reads it)."""
-    before = os.environ.get("POSTTRAIN_WORKDIR")
-    with tempfile.TemporaryDirectory(prefix="learning-bench-") as tmp:
-        os.environ["POSTTRAIN_WORKDIR"] = tmp
-        try:
-            yield Path(tmp)
-        finally:
-            if before is None:
-                os.environ.pop("POSTTRAIN_WORKDIR")
-            else:
-                os.environ["POSTTRAIN_WORKDIR"] = before
+    with tempfile.TemporaryDirectory(prefix="learning-bench-") as tmp, patch.dict(os.environ, {"POSTTRAIN_WORKDIR": tmp}):
+        yield Path(tmp)
 
 
 def sanity(history: list[dict], group_size: int) -> dict[str, float | int | None]:
