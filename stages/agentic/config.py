@@ -38,7 +38,9 @@ class AgenticRecipe(BaseModel):
     episode: EpisodeSettings = EpisodeSettings()
     objective: ImportanceSettings = ImportanceSettings()
     push_every: int = Field(1, ge=1, description="K: optimizer steps between weight pushes to the engines")
-    reset_optimizer_on_push: bool = Field(True, description="zero AdamW's moments after each push (SPEC)")
+    reset_optimizer_on_push: bool = Field(True, description="zero AdamW's moments after each push (SPEC); with "
+                                                            "push_every 1 every step is then AdamW's first, "
+                                                            "each weight moving by about lr")
     partial_credit_weight: float = Field(0.0, ge=0, description=(
         "trained reward = success + this × the task's partial credit, for tasks that grade progress "
         "(calc: the share of worked steps its calculator calls made); evaluation counts success only"))
