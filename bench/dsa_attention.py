@@ -12,10 +12,10 @@ each arm does what its own library does for this layer, nothing more:
           cached latent through kv_b_proj every step, where gather's absorbed weights read latent rows as they
           are: its decode ratio measures absorption as well as sparsity.
   gather  ours (model/dsa.py's DsaAttention, model/dsa_gather.py): the chunked indexer picks each query's top-k,
-          attention reads only those keys' latent rows (MLA weight absorption). When no query sees more keys
-          than the top-k, DsaAttention runs dense in latent space instead (the selection is every key): at the
-          default lengths (2K–16K, far above the preset's top-k) that never happens, and each length reports
-          `gather_runs_sparse`.
+          attention reads only those keys' latent rows (MLA weight absorption). Up to 8 × the top-k keys,
+          DsaAttention applies the selection as a mask over SDPA instead (model/dsa_gather.py, measured cheaper
+          there): at the default lengths (2K–16K, far above 8 × the preset's top-k) that never happens, and each
+          length reports `gather_runs_sparse`.
   masked  transformers' reference DSA path (GlmMoeDsaAttention under SDPA): its own indexer (every query's scores
           for every key and head at once, then torch.topk), the top-k turned into a mask over SDPA attention over
           every key.
@@ -69,7 +69,7 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (  # noqa: E402
 
 from bench.rounds import alternate, machine, ratio_spread, spread  # noqa: E402
 from model.dsa import install_dsa_indexers, mla_projections  # noqa: E402
-from model.dsa_gather import SPARSE_GATHER  # noqa: E402
+from model.dsa_gather import SPARSE_GATHER, short_enough_to_mask  # noqa: E402
 from model.presets import PRESETS  # noqa: E402
 
 ARMS = ("dense", "gather", "masked")
@@ -274,7 +274,8 @@ def main() -> None:
         arm = functools.partial(run_arm, layer=layer, rotary=rotary, config=config, indexers=indexers, hidden=hidden,
                                 tokens=tokens, context=context, out_of_memory=set())
         runs = alternate({name: functools.partial(arm, name) for name in ARMS}, args.rounds)
-        results.append({"length": length, "gather_runs_sparse": length > config.index_topk,
+        results.append({"length": length, "gather_runs_sparse": not short_enough_to_mask(1, length, config.num_attention_heads, length,
+                                                                            config.index_topk),
                         "train": summary(runs, "train", 1),
                         "decode_per_step": summary(runs, "decode", args.decode_steps)})
 

@@ -8,8 +8,10 @@ re-forward of the same tokens can attend to different keys: the SPEC's reasoning
 Sparse attention (`set_dense_attention(model, False)`) runs as sparse-gather attention (model/dsa_gather.py):
 each query attends over its selected keys only, and the indexer scores keys a chunk of queries at a time, so
 neither ever holds a [batch, queries, heads, keys] tensor. Where no query sees more keys than the top-k (a
-sequence, or a cache, no longer than it: most of the demo's SFT samples and RL rollouts) the selection is every
-key and sparse is dense exactly: the indexer is skipped and attention runs densely in latent space.
+sequence, or a cache, no longer than it: most of the demo's RL rollouts) the selection is every key and sparse is
+dense exactly: the indexer is skipped and attention is SDPA over every key. Up to a few times the top-k
+(`dsa_gather.short_enough_to_mask`) the selection is a mask over SDPA, and the indexer scores every key once,
+which on such lengths costs less than gathering.
 
 Indexer warm-up (SPEC "Model"): `set_dense_attention(model, True)`, switch to eager attention, then per batch
 
@@ -37,7 +39,13 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (
     apply_rotary_pos_emb_interleave,
 )
 
-from model.dsa_gather import SPARSE_GATHER, allowed_keys, latent_dense_attention, latent_sparse_attention
+from model.dsa_gather import (
+    SPARSE_GATHER,
+    allowed_keys,
+    latent_sparse_attention,
+    masked_attention,
+    short_enough_to_mask,
+)
 
 # Indexer scores (queries × heads × keys) computed at once when selecting keys: 16 MiB in float32.
 SELECTION_CHUNK_ELEMENTS = 1 << 22
@@ -111,12 +119,20 @@ class DsaIndexer(GlmMoeDsaIndexer):
             selected = torch.arange(scores.shape[-1], device=scores.device).expand(scores.shape)
             sparse = False
         else:
-            with torch.no_grad():
-                selected = select_keys(q, k, weights, allowed, self.softmax_scale, min(self.index_topk, k.shape[1]))
+            topk = min(self.index_topk, k.shape[1])
             # The sparse phase's loss reads the selected keys' scores only; a frozen indexer (RL) or no gradient
             # at all (evaluation, serving) reads none, unrecorded.
-            scores = selected_scores(q, k, weights, allowed, self.softmax_scale, selected) \
-                if q.requires_grad or self.recording else None
+            wants_scores = q.requires_grad or self.recording
+            if wants_scores and short_enough_to_mask(*q.shape[:3], k.shape[1], topk):
+                # One scoring of every key, with gradient: the selection reads it detached, the loss the selected
+                # entries. Cheaper on a short sequence than scoring twice and gathering the selected keys.
+                every = key_scores(q, k, weights, allowed, self.softmax_scale)
+                selected = stable_topk(every.detach(), topk)
+                scores = every.gather(-1, selected)
+            else:
+                with torch.no_grad():
+                    selected = select_keys(q, k, weights, allowed, self.softmax_scale, topk)
+                scores = selected_scores(q, k, weights, allowed, self.softmax_scale, selected) if wants_scores else None
             sparse = True
         if self.recording:
             self.record = IndexerRecord(self.layer_idx, scores, selected, sparse)
@@ -154,11 +170,15 @@ def key_scores(q, k, weights, allowed, scale: float) -> torch.Tensor:
     """I[b, t, s] = Σ_j w[t, j] · ReLU(q[t, j] · k[s]) over every key: [B, S, T], -inf where `allowed` is False.
 
     -inf rather than dtype-min keeps masked keys out of the indexer's softmax and behind every valid key in the
-    top-k. Each query's scores come from its own [H, D] × [D, T] product, so a chunk of queries, or one query
-    decoding with a KV cache, scores exactly as the whole sequence does. (The softmax scale, positive, goes into
-    the head weights: ReLU(x)·s = ReLU(x·s) saves a pass over every score.)
+    top-k. The heads' products are one [S·H, D] × [D, T] product per sequence: a matmul broadcasting the keys over
+    the queries copies them once per query ([B, S, D, T]), which cost more than the product. A chunk of queries, or
+    one query decoding with a KV cache, scores as the whole sequence does up to float rounding (the per-query
+    products did not make it bitwise either: matrix kernels round by shape). (The softmax scale, positive, goes
+    into the head weights: ReLU(x)·s = ReLU(x·s) saves a pass over every score.)
     """
-    per_head = torch.matmul(q, k.transpose(-1, -2).unsqueeze(1))
+    batch, queries, heads, width = q.shape
+    per_head = torch.bmm(q.reshape(batch, queries * heads, width), k.transpose(1, 2))
+    per_head = per_head.view(batch, queries, heads, k.shape[1])
     per_head = per_head.relu_() if not per_head.requires_grad else F.relu(per_head)
     scores = torch.matmul((weights * scale).unsqueeze(-2), per_head).squeeze(-2)
     return scores.masked_fill_(~allowed, float("-inf")) if not scores.requires_grad \
@@ -228,14 +248,16 @@ class DsaAttention(GlmMoeDsaAttention):
         if cache is not None:
             latent, k_rope = cache.update(latent, k_rope, self.layer_idx, kwargs=kwargs)
         keys = latent.shape[2]
-        if keys <= self.config.index_topk and not (self.indexer is not None and self.indexer.recording):
+        # The indexer loss reads this layer's probabilities (as its target): computed only while it records.
+        recording = self.indexer is not None and self.indexer.recording
+        if keys <= self.config.index_topk and not recording:
             # No query sees more keys than the top-k: the selection is every key, and sparse attention is dense
-            # attention exactly. Skip the indexer's scoring and the gather (only a cache keeps its keys).
+            # attention exactly. Skip the indexer's scoring and the selection (only a cache keeps its keys).
             if self.indexer is not None and cache is not None:
                 self.indexer.cache_keys(hidden_states, position_embeddings, cache)
-            output, probs = latent_dense_attention(self, q_nope, q_rope, latent[:, 0], k_rope[:, 0], attention_mask)
+            output, _ = masked_attention(self, q_nope, q_rope, latent, k_rope, attention_mask)
             every_key = torch.arange(keys, device=hidden_states.device, dtype=torch.int32)
-            return self.o_proj(output), probs, every_key.expand(batch_size, seq_length, keys)
+            return self.o_proj(output), None, every_key.expand(batch_size, seq_length, keys)
         if self.indexer is not None:
             topk_indices = self.indexer(hidden_states, q_resid, position_embeddings, attention_mask[:, 0], position_ids,
                                         cache=cache)
@@ -243,8 +265,12 @@ class DsaAttention(GlmMoeDsaAttention):
             raise ValueError("Shared DSA layers require top-k indices from a previous full indexer layer.")
         else:
             topk_indices = prev_topk_indices
-        output, probs = latent_sparse_attention(self, q_nope, q_rope, latent[:, 0], k_rope[:, 0], topk_indices,
-                                                attention_mask)
+        if short_enough_to_mask(batch_size, seq_length, self.num_heads, keys, topk_indices.shape[-1]):
+            output, probs = masked_attention(self, q_nope, q_rope, latent, k_rope, attention_mask,
+                                             selected=topk_indices, probabilities=recording)
+        else:
+            output, probs = latent_sparse_attention(self, q_nope, q_rope, latent[:, 0], k_rope[:, 0], topk_indices,
+                                                    attention_mask)
         return self.o_proj(output), probs, topk_indices
 
 

@@ -16,6 +16,10 @@ over the selected keys, the same softmax, keys outside the top-k contributing ex
 
 Queries are processed in chunks so the gathered rows of a long sequence are never all alive at once; with
 gradients on, each chunk is recomputed in backward (activation checkpointing) instead of kept.
+
+Gathering pays only on long sequences: a selected key costs a gathered row per query where a dense product
+costs a slice of one matrix product. Up to `MASKED_KEYS_PER_TOPK` keys per selected key (measured below),
+`masked_attention` computes the same attention as the selection masked over SDPA instead.
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ from transformers.masking_utils import sdpa_mask
 SPARSE_GATHER = "dsa_sparse_gather"
 # Gathered latent elements (queries × selected keys × latent width) per chunk: 16 MiB in float32.
 GATHER_CHUNK_ELEMENTS = 1 << 22
+# Up to this many keys per selected key, a query's logits over every key with the others masked out (SDPA over
+# the heads' keys) cost less than gathering its selected latent rows. Forward + backward of one layer on a 2-core
+# CPU, gather's time / masked's, without and with the probabilities the indexer loss reads: glm5-tiny (top-k 48,
+# 32 sequences) 3.2 / 1.6 at 300 keys, 2.8 / 1.3 at 400, 1.9 / 0.8 at 600; glm5-small (top-k 64, 4 sequences)
+# 4.5 / 3.7 at 128, 3.8 / 3.0 at 256, 3.1 / 1.9 at 512, 2.6 / 1.5 at 768.
+MASKED_KEYS_PER_TOPK = 8
+# The masked path's [B, H, S, T] logits stay under 256 MiB in float32; longer batches gather.
+MASKED_LOGITS_ELEMENTS = 1 << 26
 
 
 def allowed_keys(mask: torch.Tensor) -> torch.Tensor:
@@ -65,18 +77,47 @@ def _absorbed(attention, q_nope, q_rope, latent, k_rope):
     return queries, torch.cat([latent, k_rope], dim=-1), w_uv
 
 
-def latent_dense_attention(attention, q_nope, q_rope, latent, k_rope, attention_mask):
-    """`latent_sparse_attention` with every key selected, without gathering: each query's logits over all T keys
-    from one product with the shared latent rows. For a sequence no longer than the top-k, where the selection
-    is every key; the probabilities [B, H, S, T] are in key order, as the sparse path's over `arange(T)`."""
-    queries, rows, w_uv = _absorbed(attention, q_nope, q_rope, latent, k_rope)
-    logits = torch.matmul(queries, rows.transpose(-1, -2).unsqueeze(1)) * attention.scaling  # [B, S, H, T]
+def masked_attention(attention, q_nope, q_rope, latent, k_rope, attention_mask, selected=None,
+                     probabilities: bool = False):
+    """DSA as a mask: every key's logit, the keys outside `selected` [B, S, k] masked out (None: every key, for a
+    sequence no longer than the top-k, where the selection is every key), in SDPA over the heads' expanded keys
+    and values — transformers' own sparse path. The softmax gives the masked keys exactly 0, so the result is the
+    gather path's up to float rounding; on short sequences it costs less (`short_enough_to_mask`).
+
+    Takes latent [B, 1, T, L] and k_rope [B, 1, T, R] as the cache holds them. Returns the heads' outputs
+    [B, S, H·Dv] and, with `probabilities`, the attention probabilities, detached (the indexer loss reads them as
+    its target): [B, H, S, k] in `selected`'s order, or [B, H, S, T]; else None.
+    """
+    batch, heads, length, _ = q_nope.shape
+    query = torch.cat([q_nope, q_rope], dim=-1)
+    key, value = attention.expand_kv(latent, k_rope)  # [B, H, T, ·]
     allowed = allowed_keys(attention_mask[:, 0])  # [B, S, T]
-    logits = logits.masked_fill(~allowed.unsqueeze(2), torch.finfo(logits.dtype).min)
-    probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(queries.dtype)
-    probs = F.dropout(probs, p=attention.attention_dropout if attention.training else 0.0, training=attention.training)
-    latent_out = torch.matmul(probs, rows.unsqueeze(1))[..., : latent.shape[-1]]  # [B, S, H, L]
-    return torch.einsum("bshl,hvl->bshv", latent_out, w_uv).flatten(2), probs.transpose(1, 2)
+    if selected is not None:
+        allowed = allowed & torch.zeros_like(allowed).scatter_(-1, selected.long(), True)
+    # A padding query sees no key: let it see every key instead, so it stays finite (a NaN output there would
+    # reach real queries through their zero weights on it). Nothing reads a padding query's output.
+    allowed = (allowed | ~allowed.any(dim=-1, keepdim=True)).unsqueeze(1)
+    dropout = attention.attention_dropout if attention.training else 0.0
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, dropout_p=dropout,
+                                            scale=attention.scaling)
+    output = output.transpose(1, 2).reshape(batch, length, -1)
+    if not probabilities:
+        return output, None
+    with torch.no_grad():
+        logits = torch.matmul(query * attention.scaling, key.transpose(-1, -2))  # [B, H, S, T]
+        if selected is not None:  # the softmax over the selected keys only: the others would add exactly 0
+            indices = selected.long().unsqueeze(1)
+            logits = logits.gather(-1, indices.expand(-1, heads, -1, -1))
+            allowed = allowed.expand(-1, heads, -1, -1).gather(-1, indices.expand(-1, heads, -1, -1))
+        probs = logits.masked_fill_(~allowed, torch.finfo(logits.dtype).min).softmax(dim=-1, dtype=torch.float32)
+    return output, probs.to(query.dtype)
+
+
+def short_enough_to_mask(batch: int, queries: int, heads: int, keys: int, topk: int) -> bool:
+    """Whether computing every key's logit and masking out the unselected ones (`masked_attention`; the indexer's
+    scores the same way) costs less than gathering the selected keys: on short sequences, within a memory bound
+    for a [B, S, H, T] tensor."""
+    return keys <= MASKED_KEYS_PER_TOPK * topk and batch * queries * heads * keys <= MASKED_LOGITS_ELEMENTS
 
 
 def latent_sparse_attention(attention, q_nope, q_rope, latent, k_rope, indices, attention_mask):

@@ -32,6 +32,14 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(dsa_gather, "GATHER_CHUNK_ELEMENTS", 16 * 1024)
 
 
+@pytest.fixture(params=["masked", "gather"])
+def attention_path(request, monkeypatch):
+    """Past the top-k, short sequences take the masked path; "gather" makes every one of them gather."""
+    if request.param == "gather":
+        monkeypatch.setattr(dsa_gather, "MASKED_KEYS_PER_TOPK", 0)
+    return request.param
+
+
 def logprobs(model, ids, mask):
     return next_token_logprobs(model(ids, attention_mask=mask).logits, ids)
 
@@ -55,7 +63,7 @@ def test_stable_topk_picks_the_set_a_stable_sort_by_score_then_recency_picks():
 
 
 @pytest.mark.parametrize("chunked", [False, True])
-def test_gather_logprobs_equal_the_masked_path(tokenizer, request, chunked):
+def test_gather_logprobs_equal_the_masked_path(tokenizer, request, chunked, attention_path):
     if chunked:
         request.getfixturevalue("small_chunks")
     gather, masked = sparse_pair(tokenizer)
@@ -69,7 +77,7 @@ def test_gather_logprobs_equal_the_masked_path(tokenizer, request, chunked):
     assert (got - expected)[valid].abs().max().item() < 1e-5
 
 
-def test_gather_gradients_equal_the_masked_path(tokenizer, small_chunks):
+def test_gather_gradients_equal_the_masked_path(tokenizer, small_chunks, attention_path):
     gather, masked = sparse_pair(tokenizer, seed=1)
     ids = random_ids(tokenizer, 2, 3 * gather.config.index_topk, seed=1)
     for model in (gather, masked):
@@ -83,7 +91,7 @@ def test_gather_gradients_equal_the_masked_path(tokenizer, small_chunks):
 
 
 @torch.no_grad()
-def test_decoding_with_a_kv_cache_equals_a_re_forward(tokenizer):
+def test_decoding_with_a_kv_cache_equals_a_re_forward(tokenizer, attention_path):
     gather, _ = sparse_pair(tokenizer)
     gather.eval()
     prompt = random_ids(tokenizer, 1, 70)
@@ -95,7 +103,7 @@ def test_decoding_with_a_kv_cache_equals_a_re_forward(tokenizer):
     assert (decoded - refed).abs().max().item() < 1e-5
 
 
-def test_sparse_indexer_loss_equals_the_masked_paths(tokenizer, small_chunks):
+def test_sparse_indexer_loss_equals_the_masked_paths(tokenizer, small_chunks, attention_path):
     """The sparse phase's indexer loss, over the selected keys, from gathered or from masked probabilities."""
     gather, masked = sparse_pair(tokenizer, seed=2)
     masked.set_attn_implementation("eager")  # SDPA returns no probabilities
@@ -130,8 +138,8 @@ def test_dense_switch_leaves_sparse_gather(tokenizer):
 
 def count_selections(monkeypatch) -> list[int]:
     calls = []
-    select_keys = dsa.select_keys
-    monkeypatch.setattr(dsa, "select_keys", lambda *args: calls.append(1) or select_keys(*args))
+    stable_topk = dsa.stable_topk
+    monkeypatch.setattr(dsa, "stable_topk", lambda *args: calls.append(1) or stable_topk(*args))
     return calls
 
 
@@ -168,7 +176,7 @@ def test_gradients_through_the_short_path_equal_the_masked_paths(tokenizer):
 
 
 @torch.no_grad()
-def test_a_generation_that_grows_past_the_top_k_keeps_the_indexer_keys_it_skipped(tokenizer):
+def test_a_generation_that_grows_past_the_top_k_keeps_the_indexer_keys_it_skipped(tokenizer, attention_path):
     """Decoding starts short (dense, indexer skipped, its keys still cached) and ends past the top-k, where the
     indexer selects over every cached key: its logits equal a re-forward's over the whole sequence."""
     gather, _ = sparse_pair(tokenizer, seed=5)
