@@ -9,9 +9,9 @@ Sparse attention (`set_dense_attention(model, False)`) runs as sparse-gather att
 each query attends over its selected keys only, and the indexer scores keys a chunk of queries at a time, so
 neither ever holds a [batch, queries, heads, keys] tensor. Where no query sees more keys than the top-k (a
 sequence, or a cache, no longer than it: most of the demo's RL rollouts) the selection is every key and sparse is
-dense exactly: the indexer is skipped and attention is SDPA over every key. Up to a few times the top-k
-(`dsa_gather.short_enough_to_mask`) the selection is a mask over SDPA, and the indexer scores every key once,
-which on such lengths costs less than gathering.
+dense exactly: the indexer is skipped and attention is SDPA over every key (decoding reads the cached latents
+as they are). Up to a few times the top-k (`dsa_gather.short_enough_to_mask`) the selection is a mask over SDPA,
+and the indexer scores every key once, which on such lengths costs less than gathering.
 
 Indexer warm-up (SPEC "Model"): `set_dense_attention(model, True)`, switch to eager attention, then per batch
 
@@ -42,6 +42,7 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (
 from model.dsa_gather import (
     SPARSE_GATHER,
     allowed_keys,
+    latent_dense_attention,
     latent_sparse_attention,
     masked_attention,
     short_enough_to_mask,
@@ -250,12 +251,18 @@ class DsaAttention(GlmMoeDsaAttention):
         keys = latent.shape[2]
         # The indexer loss reads this layer's probabilities (as its target): computed only while it records.
         recording = self.indexer is not None and self.indexer.recording
+        # Decoding (a KV cache holds keys before the queries): reading the cached latent rows as they are costs
+        # less than expanding every cached key for the heads at each step, so decoding stays in latent space.
+        decoding = seq_length < keys
         if keys <= self.config.index_topk and not recording:
             # No query sees more keys than the top-k: the selection is every key, and sparse attention is dense
             # attention exactly. Skip the indexer's scoring and the selection (only a cache keeps its keys).
             if self.indexer is not None and cache is not None:
                 self.indexer.cache_keys(hidden_states, position_embeddings, cache)
-            output, _ = masked_attention(self, q_nope, q_rope, latent, k_rope, attention_mask)
+            if decoding:
+                output = latent_dense_attention(self, q_nope, q_rope, latent[:, 0], k_rope[:, 0], attention_mask)
+            else:
+                output, _ = masked_attention(self, q_nope, q_rope, latent, k_rope, attention_mask)
             every_key = torch.arange(keys, device=hidden_states.device, dtype=torch.int32)
             return self.o_proj(output), None, every_key.expand(batch_size, seq_length, keys)
         if self.indexer is not None:
@@ -265,7 +272,7 @@ class DsaAttention(GlmMoeDsaAttention):
             raise ValueError("Shared DSA layers require top-k indices from a previous full indexer layer.")
         else:
             topk_indices = prev_topk_indices
-        if short_enough_to_mask(batch_size, seq_length, self.num_heads, keys, topk_indices.shape[-1]):
+        if not decoding and short_enough_to_mask(batch_size, seq_length, self.num_heads, keys, topk_indices.shape[-1]):
             output, probs = masked_attention(self, q_nope, q_rope, latent, k_rope, attention_mask,
                                              selected=topk_indices, probabilities=recording)
         else:

@@ -77,6 +77,25 @@ def _absorbed(attention, q_nope, q_rope, latent, k_rope):
     return queries, torch.cat([latent, k_rope], dim=-1), w_uv
 
 
+def latent_dense_attention(attention, q_nope, q_rope, latent, k_rope, attention_mask):
+    """Every key, in MLA's latent space (module docstring): for decoding, where the queries are few and the
+    cached keys many, reading the cached latent rows as they are costs less than expanding every cached key
+    through kv_b_proj at each step (`masked_attention`). latent [B, T, L], k_rope [B, T, R]; returns [B, S, H·Dv]."""
+    queries, rows, w_uv = _absorbed(attention, q_nope, q_rope, latent, k_rope)
+    batch, length, heads, width = queries.shape
+    keys = rows.shape[1]
+    # One [S·H, L+R] × [L+R, T] product per sequence: a matmul broadcasting the rows over the queries would copy
+    # them once per query.
+    logits = torch.bmm((queries * attention.scaling).reshape(batch, length * heads, width), rows.transpose(1, 2))
+    logits = logits.view(batch, length, heads, keys)
+    logits.masked_fill_(~allowed_keys(attention_mask[:, 0]).unsqueeze(2), torch.finfo(logits.dtype).min)
+    probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(queries.dtype)
+    probs = F.dropout(probs, p=attention.attention_dropout if attention.training else 0.0, training=attention.training)
+    latent_out = torch.bmm(probs.view(batch, length * heads, keys), rows)
+    latent_out = latent_out.view(batch, length, heads, width)[..., : latent.shape[-1]]  # [B, S, H, L]
+    return torch.einsum("bshl,hvl->bshv", latent_out, w_uv).flatten(2)
+
+
 def masked_attention(attention, q_nope, q_rope, latent, k_rope, attention_mask, selected=None,
                      probabilities: bool = False):
     """DSA as a mask: every key's logit, the keys outside `selected` [B, S, k] masked out (None: every key, for a
