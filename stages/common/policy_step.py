@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from model.logprobs import next_token_logprobs
+from model.logprobs import scored_logprobs
 from stages.common.finite import FiniteSteps
 from stages.common.micro_batches import merged_stats, micro_slices
 from stages.common.rl_batches import TrainBatch
@@ -40,8 +40,8 @@ def policy_step(engine, batch: TrainBatch, micro: int | None, temperature: float
     def micro_losses():
         for part in micro_slices(rows, micro or rows):
             micro_batch = batch.rows(part).to(engine.device)
-            logits = engine(input_ids=micro_batch.input_ids, attention_mask=micro_batch.attention_mask).logits
-            logp_new = next_token_logprobs(logits, micro_batch.input_ids, temperature)
+            logp_new = scored_logprobs(engine, micro_batch.input_ids, micro_batch.attention_mask,
+                                       micro_batch.response_mask, temperature)
             logp_old[part, :logp_new.shape[1]] = logp_new.detach().cpu()
             loss, stats = loss_of(part, micro_batch, logp_new)
             parts.append((stats, float(micro_batch.response_tokens)))
