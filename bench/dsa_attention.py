@@ -32,8 +32,9 @@ For each context length: forward+backward of the whole sequence (training; the i
 decoding steps over a KV cache of that many tokens (serving; time per step). Rounds alternate (bench/rounds.py:
 every arm once per round, the order rotating); each arm's median with min and max over rounds, never best-of,
 and the per-round ratios gather/dense and masked/dense (a time ratio: below 1 is faster than dense). Peak is the
-resident memory above the start of the measurement, sampled every millisecond, with freed memory handed back to
-the system right away (so one measurement's leftovers do not hide the next one's peak), the maximum over rounds.
+resident memory above the start of the measurement, sampled every millisecond, with the memory freed before it
+handed back to the system first (malloc_trim, so one measurement's leftovers do not hide the next one's peak), the
+maximum over rounds. The allocator is glibc's as a user's process has it.
 An arm that needs more than `--memory-limit-gib` of address space is reported as OOM (null) and not run again at
 that length. The load average and versions come with the figures; the output is one JSON document.
 
@@ -48,6 +49,7 @@ import copy
 import ctypes
 import functools
 import json
+import os
 import resource
 import sys
 import threading
@@ -85,12 +87,12 @@ class PeakMemory:
     """Resident memory above the start of a block, sampled every millisecond on a thread."""
 
     def __init__(self):
-        self._statm = open("/proc/self/statm")  # noqa: SIM115 - read for the whole run
+        self._statm = os.open("/proc/self/statm", os.O_RDONLY)  # read for the whole run
         self.peak = 0
 
     def _resident(self) -> int:
-        self._statm.seek(0)
-        return int(self._statm.read().split()[1]) * PAGE
+        # pread: the sampling thread and the block's end read it at once, each at offset 0.
+        return int(os.pread(self._statm, 256, 0).split()[1]) * PAGE
 
     def __enter__(self):
         _libc.malloc_trim(0)
@@ -110,10 +112,11 @@ class PeakMemory:
         self._thread.join()
 
 
+# The allocator is left as a user's process has it. An earlier version gave every allocation over 64 KiB its own
+# mapping (mallopt M_MMAP_THRESHOLD) so that freed memory left the process at once: each such allocation then
+# faulted its pages in anew, which cost the arm that allocates per chunk (gather) 3.5 s of system time per
+# forward+backward at 16K. `malloc_trim` before each measurement hands freed memory back instead.
 _libc = ctypes.CDLL("libc.so.6")
-# Every allocation over 64 KiB gets its own mapping, returned to the system when freed (glibc otherwise raises
-# the threshold after frees and keeps big blocks in its heap, where a later measurement reuses them unseen).
-_libc.mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD
 
 
 def attention_layer(preset: str, max_positions: int, seed: int, index_topk: int | None = None):

@@ -14,8 +14,8 @@ A selected key then costs one contiguous row of kv_lora_rank + rope floats, shar
 the heads' expanded keys and values. The result equals the masked path's up to float rounding: the same logits
 over the selected keys, the same softmax, keys outside the top-k contributing exactly nothing there.
 
-Queries are processed in chunks so the gathered rows of a long sequence are never all alive at once; with
-gradients on, each chunk is recomputed in backward (activation checkpointing) instead of kept.
+Queries are processed in chunks so the gathered rows of a long sequence are never all alive at once; backward
+gathers each chunk's rows again and recomputes its probabilities instead of keeping them (`SparseLatentAttention`).
 
 Gathering pays only on long sequences: a selected key costs a gathered row per query where a dense product
 costs a slice of one matrix product. Up to `MASKED_KEYS_PER_TOPK` keys per selected key (measured below),
@@ -50,22 +50,89 @@ def allowed_keys(mask: torch.Tensor) -> torch.Tensor:
 
 def _attend(queries, rows, indices, allowed, w_uv, latent_width: int, scaling: float, dropout: float,
             training: bool):
-    """One chunk: `queries` [B, c, H, L+R] (absorbed nope part, then RoPE part) over the latent `rows`
-    [B, T, L+R] at `indices` [B, c, k]; `allowed` [B, c, k]. Returns [B, c, H, Dv] and probabilities [B, c, H, k]."""
-    # One contiguous row per key, shared by every head, looked up as an embedding: its backward adds rows
-    # into the gradient directly, where indexing's backward sorts every index first.
-    batch, keys, width = rows.shape
-    offsets = torch.arange(batch, device=indices.device)[:, None, None] * keys
-    selected = F.embedding(indices + offsets, rows.reshape(batch * keys, width))  # [B, c, k, L+R]
+    """One chunk as autograd computes it, for attention dropout (`SparseLatentAttention` has none): `queries`
+    [B, c, H, L+R] (absorbed nope part, then RoPE part) over the latent `rows` [B, T, L+R] at `indices` [B, c, k];
+    `allowed` [B, c, k]. Returns [B, c, H, Dv] and probabilities [B, c, H, k]."""
+    selected = _gathered(rows, indices)
     logits = torch.matmul(queries, selected.transpose(-1, -2)) * scaling
-    # dtype-min, as transformers' additive masks: a padding query that sees no key stays finite, as in eager.
-    logits = logits.masked_fill(~allowed.unsqueeze(2), torch.finfo(logits.dtype).min)
-    probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(queries.dtype)
+    probs = _softmax(logits, allowed).to(queries.dtype)
     probs = F.dropout(probs, p=dropout, training=training)
     # The RoPE columns' share of the output is dropped after the product: slicing `selected` instead would cost
     # a full-size zero-filled gradient in backward.
     latent_out = torch.matmul(probs, selected)[..., :latent_width]  # [B, c, H, L]
     return torch.einsum("bchl,hvl->bchv", latent_out, w_uv), probs
+
+
+def _gathered(rows, indices):
+    """The latent rows [B, T, W] at `indices` [B, c, k]: [B, c, k, W]. One contiguous row per key, shared by every
+    head, looked up as an embedding."""
+    batch, keys, width = rows.shape
+    offsets = torch.arange(batch, device=indices.device)[:, None, None] * keys
+    return F.embedding(indices + offsets, rows.reshape(batch * keys, width))
+
+
+def _softmax(logits, allowed):
+    """Probabilities over the selected keys, in float32 at least; dtype-min at the keys not allowed, as
+    transformers' additive masks: a padding query that sees no key stays finite, as in eager."""
+    logits = logits.masked_fill(~allowed.unsqueeze(-2), torch.finfo(logits.dtype).min)
+    return F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+
+
+class SparseLatentAttention(torch.autograd.Function):
+    """Attention over the gathered latent rows, chunk by chunk, with a hand-written backward in the manner of
+    flash attention: nothing per chunk is kept, backward gathers the rows and recomputes the probabilities once
+    (bitwise the forward's), and a selected row's two gradient terms — through the logits and through the
+    output — are one product over [heads of the logits' gradient | heads of the probabilities]. Autograd with
+    activation checkpointing re-ran the whole forward, made the two terms separately (each a product whose inner
+    dimension is the few heads) and added them. bench/dsa_attention.py at 16K (glm5-small, 2-core CPU, medians of
+    3 rounds): the layer's forward + backward 3.19 s against 3.74 s.
+
+    queries [B, S, H, W] (absorbed nope part, then RoPE part), rows [B, T, W], indices and allowed [B, S, k].
+    Returns the latent output [B, S, H, latent_width] and the probabilities [B, S, H, k] (no gradient: the
+    indexer loss reads them as its target).
+    """
+
+    @staticmethod
+    def forward(ctx, queries, rows, indices, allowed, scaling: float, latent_width: int, chunk: int):
+        outputs, probabilities = [], []
+        for start in range(0, queries.shape[1], chunk):
+            part = slice(start, start + chunk)
+            selected = _gathered(rows, indices[:, part])
+            logits = torch.matmul(queries[:, part], selected.transpose(-1, -2)) * scaling
+            probs = _softmax(logits, allowed[:, part]).to(queries.dtype)
+            outputs.append(torch.matmul(probs, selected[..., :latent_width]))
+            probabilities.append(probs)
+        ctx.save_for_backward(queries, rows, indices, allowed)
+        ctx.scaling, ctx.latent_width, ctx.chunk = scaling, latent_width, chunk
+        probs = torch.cat(probabilities, dim=1)
+        ctx.mark_non_differentiable(probs)
+        return torch.cat(outputs, dim=1), probs
+
+    @staticmethod
+    def backward(ctx, grad_output, _grad_probs):
+        queries, rows, indices, allowed = ctx.saved_tensors
+        batch, keys, width = rows.shape
+        offsets = torch.arange(batch, device=indices.device)[:, None, None] * keys
+        grad_queries = torch.empty_like(queries)
+        grad_rows = torch.zeros(batch * keys, width, dtype=rows.dtype, device=rows.device)
+        # The output's gradient has no RoPE columns: zeros there, so one product makes a row's whole gradient.
+        grad_output = F.pad(grad_output, (0, width - ctx.latent_width))
+        for start in range(0, queries.shape[1], ctx.chunk):
+            part = slice(start, start + ctx.chunk)
+            chunk_queries, chunk_allowed, grad_out = queries[:, part], allowed[:, part], grad_output[:, part]
+            selected = _gathered(rows, indices[:, part])  # [B, c, k, W]
+            logits = torch.matmul(chunk_queries, selected.transpose(-1, -2)) * ctx.scaling
+            probs = _softmax(logits, chunk_allowed)
+            grad_probs = torch.matmul(grad_out, selected.transpose(-1, -2)).to(probs.dtype)  # [B, c, H, k]
+            grad_logits = probs * (grad_probs - (grad_probs * probs).sum(dim=-1, keepdim=True))
+            # Masked keys take no gradient (a padding query's uniform probabilities over them included).
+            grad_logits = grad_logits.masked_fill_(~chunk_allowed.unsqueeze(-2), 0.0).mul_(ctx.scaling)
+            grad_logits, probs = grad_logits.to(queries.dtype), probs.to(queries.dtype)
+            grad_queries[:, part] = torch.matmul(grad_logits, selected)
+            heads = torch.cat([grad_logits, probs], dim=2).transpose(-1, -2)  # [B, c, k, 2H]
+            grad_selected = torch.matmul(heads, torch.cat([chunk_queries, grad_out], dim=2))  # [B, c, k, W]
+            grad_rows.index_add_(0, (indices[:, part] + offsets).flatten(), grad_selected.reshape(-1, width))
+        return grad_queries, grad_rows.view(batch, keys, width), None, None, None, None, None
 
 
 def _absorbed(attention, q_nope, q_rope, latent, k_rope):
@@ -153,9 +220,12 @@ def latent_sparse_attention(attention, q_nope, q_rope, latent, k_rope, indices, 
     allowed = allowed_keys(attention_mask[:, 0]).gather(-1, indices)
     dropout = attention.attention_dropout if attention.training else 0.0
 
-    total = queries.shape[1]
     chunk = max(1, GATHER_CHUNK_ELEMENTS // (indices.shape[-1] * rows.shape[-1]))
-    recompute = torch.is_grad_enabled() and total > chunk
+    if dropout == 0.0:
+        latent_out, probs = SparseLatentAttention.apply(queries, rows, indices, allowed, attention.scaling,
+                                                        latent_width, chunk)
+        return torch.einsum("bshl,hvl->bshv", latent_out, w_uv).flatten(2), probs.transpose(1, 2)
+    recompute = torch.is_grad_enabled() and queries.shape[1] > chunk
     outputs, probabilities = [], []
     # `split`, not slicing: the gradients of the chunks are put together once, where a slice's backward would
     # write a zero-filled gradient of the whole query tensor per chunk.
