@@ -333,6 +333,10 @@ class InitWeightsUpdateGroup(BaseModel):
         return self
 
 
+# SGLang's load_format for a distributed update whose tensors travel as one broadcast: their bytes back to back.
+FLATTENED_BUCKET = "flattened_bucket"
+
+
 class UpdateWeightsFromDistributed(BaseModel):
     """SGLang's UpdateWeightsFromDistributedReqInput (the fields a dense model's update uses)."""
 

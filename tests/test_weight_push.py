@@ -4,6 +4,7 @@ SGLang's own shapes."""
 
 import pytest
 import requests
+import torch
 
 from infra.ports import free_port
 from model.dsa import install_dsa_indexers
@@ -11,7 +12,7 @@ from model.presets import build_model
 from rollout.client import scoring_payload
 from rollout.process import EngineProcess
 from rollout.protocol import InitWeightsUpdateGroup, UpdateWeightsFromDistributed
-from rollout.weight_push import DistributedWeightPush
+from rollout.weight_push import BUCKET_BYTES, DistributedWeightPush
 from tests.sglang_types import request_fields
 
 BATCH = [[11, 12, 13, 14, 15, 16, 17, 18], [40, 41, 42, 43, 44], [7, 70, 700, 7, 70, 700, 7]]
@@ -35,7 +36,8 @@ def test_the_requests_have_sglangs_fields(ours, theirs):
         {name for name, required in sglang.items() if required}
 
 
-def test_two_engines_serve_the_trainers_weights_as_if_loaded_from_them(tokenizer, tmp_path):
+@pytest.mark.parametrize("bucket_bytes", [BUCKET_BYTES, 0], ids=["one bucket", "a tensor per broadcast"])
+def test_two_engines_serve_the_trainers_weights_as_if_loaded_from_them(tokenizer, tmp_path, bucket_bytes):
     for name, seed in (("old", 1), ("trained", 2)):
         build_model("glm5-tiny", tokenizer, seed=seed).save_pretrained(tmp_path / name)
         tokenizer.save_pretrained(tmp_path / name)
@@ -51,9 +53,13 @@ def test_two_engines_serve_the_trainers_weights_as_if_loaded_from_them(tokenizer
         before, _ = scores(urls[0])
         assert max(abs(a - b) for x, y in zip(before, expected, strict=True) for a, b in zip(x, y, strict=True)) > 1e-3
 
-        push = DistributedWeightPush(urls, backend="gloo", master_address="127.0.0.1", master_port=free_port())
+        push = DistributedWeightPush(urls, backend="gloo", master_address="127.0.0.1", master_port=free_port(),
+                                     bucket_bytes=bucket_bytes)
         try:
-            push.push(trainer.state_dict().items(), version="7")
+            # One tensor sent in bf16 (the final norm's ones, exact in it): in a bucket it follows the float32 ones,
+            # at an offset its dtype can start at, and the engine converts it into its float32 parameter.
+            state = trainer.state_dict() | {"model.norm.weight": trainer.model.norm.weight.detach().to(torch.bfloat16)}
+            push.push(state.items(), version="7")
         finally:
             push.close()
         for url in urls:

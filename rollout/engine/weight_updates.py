@@ -10,6 +10,7 @@ side of a distributed push: the broadcast tensors received straight into the ser
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from infra.store import open_artifact
-from rollout.protocol import UpdateWeightsFromDistributed
+from rollout.protocol import FLATTENED_BUCKET, UpdateWeightsFromDistributed
 
 # Keys of config.json that describe how a checkpoint was saved, not what the model is.
 NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache",
@@ -91,18 +92,44 @@ def available_memory(device) -> int:
 
 
 def receive_into(group: dist.ProcessGroup, request: UpdateWeightsFromDistributed, targets: dict[str, torch.Tensor]) -> None:
-    """An engine's side of one push: every listed tensor received from rank 0 and copied into its target."""
+    """An engine's side of one push: every listed tensor received from rank 0 and copied into its target, one
+    broadcast per tensor, or all of them in one (`load_format` "flattened_bucket": SGLang's, the tensors' bytes
+    back to back in the listed order)."""
     unknown = [name for name in request.names if name not in targets]
     if unknown:
         raise KeyError(f"names: {', '.join(unknown[:3])} not in the served model")
-    for name, dtype, shape in zip(request.names, request.dtypes, request.shapes, strict=True):
+    for name, shape in zip(request.names, request.shapes, strict=True):
+        if list(targets[name].shape) != shape:
+            raise ValueError(f"{name}: shape {shape}, the served model's is {list(targets[name].shape)}")
+    dtypes = [getattr(torch, dtype) for dtype in request.dtypes]
+    if request.load_format == FLATTENED_BUCKET:
+        _receive_bucket(group, request, dtypes, targets)
+        return
+    if request.load_format is not None:
+        raise ValueError(f"load_format: {request.load_format!r}; this engine receives a tensor per broadcast (none) "
+                         f"or {FLATTENED_BUCKET!r}")
+    for name, dtype, shape in zip(request.names, dtypes, request.shapes, strict=True):
         target = targets[name]
-        if list(target.shape) != shape:
-            raise ValueError(f"{name}: shape {shape}, the served model's is {list(target.shape)}")
-        incoming_dtype = getattr(torch, dtype)
-        if incoming_dtype == target.dtype and target.is_contiguous():
+        if dtype == target.dtype and target.is_contiguous():
             group.broadcast(target, 0).wait()  # in place
         else:
-            incoming = torch.empty(shape, dtype=incoming_dtype, device=target.device)
+            incoming = torch.empty(shape, dtype=dtype, device=target.device)
             group.broadcast(incoming, 0).wait()
             target.copy_(incoming)
+
+
+def _receive_bucket(group, request: UpdateWeightsFromDistributed, dtypes: list[torch.dtype], targets) -> None:
+    """One uint8 buffer holding every tensor, each starting where the one before ends, as SGLang's
+    FlattenedTensorBucket lays it out (and refuses: a tensor whose offset its dtype cannot start at)."""
+    spans, offset = [], 0
+    for name, dtype, shape in zip(request.names, dtypes, request.shapes, strict=True):
+        if offset % dtype.itemsize:
+            raise ValueError(f"{name}: starts at byte {offset} of the bucket, not a multiple of {dtype}'s size")
+        size = math.prod(shape) * dtype.itemsize
+        spans.append((name, dtype, shape, offset, offset + size))
+        offset += size
+    device = next(iter(targets.values())).device
+    bucket = torch.empty(offset, dtype=torch.uint8, device=device)
+    group.broadcast(bucket, 0).wait()
+    for name, dtype, shape, start, end in spans:
+        targets[name].copy_(bucket[start:end].view(dtype).view(shape))
