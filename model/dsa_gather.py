@@ -194,7 +194,7 @@ def masked_attention(attention, q_nope, q_rope, latent, k_rope, attention_mask, 
         if selected is not None:  # the softmax over the selected keys only: the others would add exactly 0
             indices = selected.long().unsqueeze(1)
             logits = logits.gather(-1, indices.expand(-1, heads, -1, -1))
-            allowed = allowed.expand(-1, heads, -1, -1).gather(-1, indices.expand(-1, heads, -1, -1))
+            allowed = allowed.gather(-1, indices)  # [B, 1, S, k]: the same for every head
         probs = logits.masked_fill_(~allowed, torch.finfo(logits.dtype).min).softmax(dim=-1, dtype=torch.float32)
     return output, probs.to(query.dtype)
 

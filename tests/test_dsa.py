@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM, GlmMoeDsaForCausalLM
 from model import dsa
 from model.dsa import (
     DsaIndexer,
+    IndexerRecord,
     indexer_kl_loss,
     install_dsa_indexers,
     key_scores,
@@ -209,3 +210,25 @@ def test_loss_needs_records_and_attention_probabilities(tokenizer):
             indexer_kl_loss(out.attentions, records)  # the records arrive when the block exits
     with pytest.raises(ValueError, match="eager attention"):
         indexer_kl_loss(out.attentions, records)
+
+
+def test_indexer_loss_is_the_mean_kl_over_the_queries_that_are_not_padding():
+    """Sparse records by hand: the second sequence's first query is padding and sees no key (its scores all
+    -inf); the loss is KL(p ‖ softmax(I)) averaged over the other queries, each renormalised over its keys."""
+    generator = torch.Generator().manual_seed(0)
+    attention = torch.rand(2, 3, 4, 5, generator=generator)  # [B, H, S, k] probabilities over the selected keys
+    attention[1, :, 0, 2:] = 0.0  # a target without mass on some keys
+    scores = torch.randn(2, 4, 5, generator=generator)
+    scores[0, 1, 4] = float("-inf")  # a selected key the query may not see ...
+    attention[0, :, 1, 4] = 0.0  # ... has no attention either
+    scores[1, 0] = float("-inf")
+    mask = torch.ones(2, 4, dtype=torch.long)
+    mask[1, 0] = 0
+    record = IndexerRecord(0, scores, torch.zeros(2, 4, 5, dtype=torch.long), sparse=True)
+    expected = []
+    for b, s in mask.nonzero().tolist():
+        p = attention[b, :, s].sum(0) / attention[b, :, s].sum()
+        log_q = torch.log_softmax(scores[b, s], dim=-1)
+        expected.append(sum(p[j] * (p[j].log() - log_q[j]) for j in range(5) if p[j] > 0))
+    loss = indexer_kl_loss([attention], [record], mask)
+    assert loss.item() == pytest.approx(torch.stack(expected).mean().item(), rel=1e-6)

@@ -139,7 +139,7 @@ def test_dense_switch_leaves_sparse_gather(tokenizer):
 def count_selections(monkeypatch) -> list[int]:
     calls = []
     stable_topk = dsa.stable_topk
-    monkeypatch.setattr(dsa, "stable_topk", lambda *args: calls.append(1) or stable_topk(*args))
+    monkeypatch.setattr(dsa, "stable_topk", lambda *args, **kwargs: calls.append(1) or stable_topk(*args, **kwargs))
     return calls
 
 

@@ -117,6 +117,10 @@ class Engine:
             FinishReason(type="length", length=0) if budget == 0 else None for budget in budgets
         ]
         cache, logits = out.past_key_values, out.logits[:, -1, :]
+        # A decoding step's one query sees every key its row has (not the padding): the [B, 1, 1, T] mask
+        # attention reads, kept here a column at a time, which transformers takes as it is instead of building
+        # it from the padding mask at each step.
+        visible = mask.bool()[:, None, None, :]
         # Batch rows still decoding, by prompt index. A row that finishes leaves the batch (and the KV
         # cache) at once, so short completions stop costing compute while long ones go on.
         active = list(range(len(prompts)))
@@ -127,7 +131,7 @@ class Engine:
             if len(running) < len(active):
                 keep = torch.tensor(running, device=self.device)
                 cache.batch_select_indices(keep)
-                mask, positions, logits = mask[keep], positions[keep], logits[keep]
+                visible, positions, logits = visible[keep], positions[keep], logits[keep]
                 active = [active[position] for position in running]
             tokens, token_logprobs = sample(logits.float(), params, generator)
             for row, token, logprob in zip(active, tokens.tolist(), token_logprobs.tolist(), strict=True):
@@ -139,9 +143,9 @@ class Engine:
                     finish[row] = FinishReason(type="length", length=len(outputs[row]))
             if all(finish[row] is not None for row in active):
                 break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+            visible = torch.cat([visible, torch.ones_like(visible[..., :1])], dim=-1)
             positions = positions[:, -1:] + 1
-            out = self.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions,
+            out = self.model(input_ids=tokens[:, None], attention_mask=visible, position_ids=positions,
                              past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[:, -1, :]
         return [
