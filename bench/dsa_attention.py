@@ -70,8 +70,8 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (  # noqa: E402
 )
 
 from bench.rounds import alternate, machine, ratio_spread, spread  # noqa: E402
-from model.dsa import install_dsa_indexers, mla_projections  # noqa: E402
-from model.dsa_gather import SPARSE_GATHER, short_enough_to_mask  # noqa: E402
+from model.dsa import install_dsa_indexers, masks_selection, mla_projections  # noqa: E402
+from model.dsa_gather import SPARSE_GATHER  # noqa: E402
 from model.presets import PRESETS  # noqa: E402
 
 ARMS = ("dense", "gather", "masked")
@@ -277,9 +277,8 @@ def main() -> None:
         arm = functools.partial(run_arm, layer=layer, rotary=rotary, config=config, indexers=indexers, hidden=hidden,
                                 tokens=tokens, context=context, out_of_memory=set())
         runs = alternate({name: functools.partial(arm, name) for name in ARMS}, args.rounds)
-        results.append({"length": length, "gather_runs_sparse": not short_enough_to_mask(1, length, config.num_attention_heads, length,
-                                                                            config.index_topk),
-                        "train": summary(runs, "train", 1),
+        gathers = not masks_selection(config, 1, length, length, config.index_topk)
+        results.append({"length": length, "gather_runs_sparse": gathers, "train": summary(runs, "train", 1),
                         "decode_per_step": summary(runs, "decode", args.decode_steps)})
 
     print(json.dumps({
