@@ -150,7 +150,7 @@ def segments_batch(groups: list, advantages: torch.Tensor, pad_id: int) -> tuple
 
 def importance_loss_of(advantages: torch.Tensor, objective: ImportanceSettings) -> LossOf:
     """The direct double-sided IS loss of a micro-batch of segments (`policy_step`), each with its rollout's advantage."""
-    def loss_of(rows: torch.Tensor, micro: TrainBatch, logp_new: torch.Tensor):
+    def loss_of(rows: slice, micro: TrainBatch, logp_new: torch.Tensor):
         return direct_is_loss(logp_new, micro.logp_infer, advantages[rows].to(logp_new.device), micro.response_mask,
                               objective)
     return loss_of

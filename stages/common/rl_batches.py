@@ -23,8 +23,8 @@ class TrainBatch:
     def response_tokens(self) -> int:
         return int(self.response_mask.sum())
 
-    def rows(self, selected: slice | torch.Tensor) -> TrainBatch:
-        """The `selected` rows (a slice, or their indices), their padding trimmed to the longest of them."""
+    def rows(self, selected: slice) -> TrainBatch:
+        """The `selected` rows, their padding trimmed to the longest of them."""
         width = int(self.attention_mask[selected].sum(dim=1).max())
         return TrainBatch(self.input_ids[selected, :width], self.attention_mask[selected, :width],
                           self.response_mask[selected, :width - 1], self.logp_infer[selected, :width - 1])

@@ -104,7 +104,7 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
 
 def distill_loss_of(logp_teacher: torch.Tensor, objective: IcePopSettings) -> LossOf:
     """The Eq. 1 loss of a micro-batch (`policy_step`) with each token's advantage log π_teacher − log π_student."""
-    def loss_of(rows: torch.Tensor, micro: TrainBatch, logp_new: torch.Tensor):
+    def loss_of(rows: slice, micro: TrainBatch, logp_new: torch.Tensor):
         # One optimizer step per batch: π_θ_old is this forward without its gradient.
         logp_old = logp_new.detach()
         teacher = logp_teacher[rows, :logp_old.shape[1]].to(logp_old.device)

@@ -157,7 +157,7 @@ class GroupSampler:
 def grpo_loss_of(advantages: torch.Tensor, is_anchor_member: torch.Tensor, objective: IcePopSettings,
                  anchors: AnchorSettings | None) -> LossOf:
     """The Eq. 1 loss of a micro-batch of the step's rows (`policy_step`), anchor members weighted."""
-    def loss_of(rows: torch.Tensor, micro: TrainBatch, logp_new: torch.Tensor):
+    def loss_of(rows: slice, micro: TrainBatch, logp_new: torch.Tensor):
         # One optimizer step per rollout batch: θ_old is the current θ, so the trainer's own
         # recomputation π_train(θ_old) is this forward, without its gradient.
         logp_old = logp_new.detach()
