@@ -129,8 +129,7 @@ class ComputeSettings(BaseModel):
                             "losses in fp32); auto: bf16 on a GPU, fp32 on a CPU")
     micro_batch_size: int | None = Field(
         None, ge=1, description="sequences per rank per forward pass; the rest of the rank's share accumulates "
-                                "gradients (global batch = micro × accumulation × ranks); default: the whole share "
-                                "(RL policy steps: in two forwards of rows of like length)")
+                                "gradients (global batch = micro × accumulation × ranks); default: the whole share")
     activation_checkpointing: bool = Field(False, description="recompute each layer's activations in backward")
     offload_optimizer: bool = Field(False, description="keep optimizer state in CPU memory (ZeRO stage 1 or more)")
     lora: LoraSettings = LoraSettings()
