@@ -25,11 +25,17 @@ def two_hosts(ssh_hosts, monkeypatch) -> DeepSpeedLaunch:
 
 
 def run_on(launch: DeepSpeedLaunch, config, workdir: Path, lines: list[str]) -> list[dict]:
-    """The job's events; every output line into `lines`, also when it fails."""
+    """The job's events; every output line into `lines`, also when it fails, and printed (a test that times out
+    shows how far the job got)."""
     path = workdir / config.run_id / "run.json"
     path.parent.mkdir(parents=True)
     path.write_text(config.model_dump_json())
-    run_stage_job(launch, "stages.sft.train", path, lines.append)
+
+    def keep(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+
+    run_stage_job(launch, "stages.sft.train", path, keep)
     return [event for line in lines if (event := parse_event(line))]
 
 

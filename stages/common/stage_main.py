@@ -8,6 +8,7 @@ import argparse
 import os
 import random
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from stages.common.inputs import StageInputs, download_once
 def stage_main(config_type: type[StageIO], train: Callable[[StageIO, StageInputs], str], description: str,
                argv: list[str] | None = None) -> None:
     """`python -m <entry module> --config run.json`: run the stage on a serialized config, then end the
-    process (its output is committed, its engines and services stopped: nothing is left to tear down)."""
+    process (its output is committed, its engines and services stopped: nothing is left to tear down); a stage
+    that raised ends with exit code 1, its error printed as an uncaught one would be."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", required=True, type=Path, help=f"run.json: a serialized {config_type.__name__}")
     args, _ = parser.parse_known_args(argv)  # launchers append their own flags (e.g. --local_rank)
@@ -36,7 +38,11 @@ def stage_main(config_type: type[StageIO], train: Callable[[StageIO, StageInputs
     except Exception as error:
         # One line a flow can quote: a multi-node job's last lines are its launchers' reports, not this.
         EventLog(True).emit("error", rank=int(os.environ.get("RANK", "0")), error=f"{type(error).__name__}: {error}")
-        raise
+        sys.excepthook(*sys.exc_info())  # as an uncaught error prints (torch's hook labels it with the rank)
+        # Exit as a finished job does, without the interpreter's teardown: the stage's with-blocks have already
+        # stopped its engines and services on the way here, and a teardown waiting on a collective or a thread
+        # that a failed rank left behind would keep the job (and the flow waiting on it) alive forever.
+        end_process(1)
     end_process(0)
 
 
