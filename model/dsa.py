@@ -77,10 +77,16 @@ def stable_topk(scores: torch.Tensor, k: int, in_key_order: bool = True) -> torc
     """
     values, chosen = scores.topk(k, dim=-1, sorted=False)
     kth = values.min(dim=-1, keepdim=True).values
-    tied = scores == kth
-    ambiguous = (tied.sum(dim=-1) > (values == kth).sum(dim=-1)).nonzero(as_tuple=True)
+    ambiguous = (scores >= kth).sum(dim=-1) > k  # a key left out ties with the k-th score
+    if not in_key_order:
+        # A mask reads only the set's visible keys: where fewer than k are visible (the k-th score is -inf), topk
+        # chose every one of them already, whichever masked keys fill the rest. The first queries of every
+        # sequence are such rows (over half of them, at glm5-tiny's training lengths).
+        ambiguous &= kth[..., 0] > float("-inf")
+    ambiguous = ambiguous.nonzero(as_tuple=True)
     if ambiguous[0].numel():
-        rows, kth, tied = scores[ambiguous], kth[ambiguous], tied[ambiguous]
+        rows, kth = scores[ambiguous], kth[ambiguous]
+        tied = rows == kth
         places_left = k - (rows > kth).sum(dim=-1, keepdim=True)
         tied_from_newest = tied.flip(-1).cumsum(-1).flip(-1)  # 1 at the newest tied key, 2 at the next …
         exact = (rows > kth) | (tied & (tied_from_newest <= places_left))

@@ -79,20 +79,28 @@ def deepspeed_engine(module: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     import deepspeed
 
     config = deepspeed_config(shape, world_size, settings, compute)
-    # fp32 outside ZeRO, DeepSpeed clips the gradients in a Python loop over the parameters (a norm, two copies
-    # and a multiply each: 300 of an SFT step's 3,500 ops on glm5-tiny, where ops cost more than their arithmetic).
-    # The same rule (max_norm / (norm + 1e-6), at most 1) in torch's foreach clip, a few ops, runs before each
-    # optimizer step instead. (Its all-reduce stays, even with one rank: it also gives every parameter without a
-    # gradient a zero one, so Adam's momentum moves it as it does under ZeRO, where gradients are flat buffers.)
-    if settings.zero_stage == 0 and not config["bf16"]["enabled"] and settings.grad_clip > 0:
+    # fp32 outside ZeRO, DeepSpeed runs two Python loops over the parameters each step: an all-reduce's flatten and
+    # copy-back (with one rank too) and a clip (a norm, two copies and a multiply each): 800 of an SFT step's
+    # 3,500 ops on glm5-tiny, where ops cost more than their arithmetic. Here the same clip rule (max_norm /
+    # (norm + 1e-6), at most 1) runs in torch's foreach clip before each optimizer step, and with one rank the
+    # all-reduce is skipped; what it also did stays: a parameter without a gradient gets a zero one, so Adam's
+    # momentum moves it as it does under ZeRO, whose gradients are flat buffers.
+    plain = settings.zero_stage == 0 and not config["bf16"]["enabled"]
+    if plain:
         config["gradient_clipping"] = 0.0
         trainable = [p for group in optimizer.param_groups for p in group["params"]]
 
-        def clip(*_) -> None:
-            torch.nn.utils.clip_grad_norm_(trainable, settings.grad_clip, foreach=True)
+        def before_step(*_) -> None:
+            for parameter in trainable:
+                if parameter.grad is None:
+                    parameter.grad = torch.zeros_like(parameter)
+            if settings.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(trainable, settings.grad_clip, foreach=True)
 
-        optimizer.register_step_pre_hook(clip)
+        optimizer.register_step_pre_hook(before_step)
     engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler, config=config)
+    if plain and world_size == 1:
+        engine.enable_backward_allreduce = False  # as DeepSpeed does itself without a process group
     return engine
 
 
