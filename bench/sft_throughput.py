@@ -23,8 +23,8 @@ Three arms, each on its own copy of the same initial weights, each training on t
 
 Like for like: one process, one device and thread count; batch = one micro-batch, no gradient accumulation;
 precision fp32, or bf16 as each arm runs it (ours: DeepSpeed's bf16 weights with fp32 master weights and optimizer
-state; trl and plain: autocast with fp32 weights); torch's fused AdamW (TRL's default, the stage's) with the same
-lr, betas (0.9, 0.95), eps 1e-8, no weight decay, gradient-norm clipping at 1.0 (the stage's default) and a constant
+state; trl and plain: autocast with fp32 weights); AdamW with the same lr, betas (0.9, 0.95), eps 1e-8, no weight
+decay, gradient-norm clipping at 1.0 (the stage's default, which ours applies through DeepSpeed) and a constant
 learning rate (TRL's Trainer makes a new schedule at every `train()` call, so a warm-up could not carry over
 rounds). The loss is trained on the same tokens, ours' loss mask (the assistant's tokens): TRL gets it as `labels`
 (-100 elsewhere), pre-tokenized, with `skip_prepare_dataset` so it neither tokenizes, truncates nor drops a row,
@@ -136,9 +136,9 @@ def ours_arm(model, args, dist, pad_id: int):
 
 
 def plain_arm(model, args, device, bf16: bool, pad_id: int):
-    """The textbook loop: full logits, transformers' own token-mean loss, clip, AdamW (fused, as TRL and ours)."""
+    """The textbook loop: full logits, transformers' own token-mean loss, clip, AdamW."""
     model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=BETAS, weight_decay=0.0, fused=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=BETAS, weight_decay=0.0)
 
     def step(samples_: list[TokenizedSample]) -> float:
         batch = collate(samples_, pad_id).to(device)
@@ -290,8 +290,8 @@ def main() -> None:
         "batch": args.batch, "rounds": args.rounds, "steps_per_round": args.steps, "threads": torch.get_num_threads(),
         "tokens_per_round": tokens, "activation_checkpointing": args.activation_checkpointing,
         "optimizer": {"lr": args.lr, "schedule": "constant", "betas": BETAS, "weight_decay": 0.0, "grad_clip": GRAD_CLIP,
-                      "trl_optim": trainer.args.optim.value, "ours": "torch fused AdamW under DeepSpeed",
-                      "plain": "torch fused AdamW"},
+                      "trl_optim": trainer.args.optim.value, "ours": "torch AdamW under DeepSpeed",
+                      "plain": "torch AdamW"},
         # How accelerate set TRL up from the environment: "NO" and the bare model class are a lone process, no DDP.
         "trl_accelerate": {"distributed_type": trainer.accelerator.distributed_type.value,
                            "model": type(trainer.model_wrapped).__name__},

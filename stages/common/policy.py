@@ -19,7 +19,7 @@ from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk, WeightDel
 from stages.common.config import ComputeSettings, OptimizerSettings
 from stages.common.distributed import Dist, barrier
 from stages.common.hf_weights import gathered, merged_lora_state_dict, save_hf
-from stages.common.training_engine import StepShape, adamw, adapt_model, deepspeed_engine
+from stages.common.training_engine import StepShape, adapt_model, deepspeed_engine
 
 
 def rl_training_engine(model, settings: OptimizerSettings, compute: ComputeSettings, shape: StepShape, world_size: int,
@@ -34,7 +34,7 @@ def rl_training_engine(model, settings: OptimizerSettings, compute: ComputeSetti
     adapt_model(model, compute)
     set_dense_attention(model, dense=False)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = adamw(trainable, settings, lr=settings.lr)
+    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay, betas=(0.9, 0.95))
     warmup = max(settings.warmup_steps, 1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
     return deepspeed_engine(model, optimizer, scheduler, shape, world_size, settings, compute)

@@ -14,9 +14,6 @@ import torch
 from model.device import resolved_precision
 from stages.common.config import ComputeSettings, OptimizerSettings, per_rank
 
-# Where torch has a fused AdamW kernel (torch.optim.AdamW(fused=True)).
-FUSED_ADAMW_DEVICES = ("cpu", "cuda")
-
 
 @dataclass(frozen=True)
 class StepShape:
@@ -61,46 +58,13 @@ def deepspeed_config(shape: StepShape, world_size: int, optimizer: OptimizerSett
     }
 
 
-def adamw(params, settings: OptimizerSettings, lr: float | None = None) -> torch.optim.AdamW:
-    """Every stage's optimizer: AdamW with betas (0.9, 0.95) and the configured weight decay, in torch's fused
-    kernel (one op a step for all parameters, where the default steps each parameter in a dozen; TRL's default,
-    `adamw_torch_fused`) wherever torch has one for the parameters' device. `params` as torch takes them: tensors
-    or param groups."""
-    params = list(params)
-    tensors = [p for group in params for p in group["params"]] if isinstance(params[0], dict) else params
-    fused = all(p.device.type in FUSED_ADAMW_DEVICES for p in tensors)
-    return torch.optim.AdamW(params, **({"lr": lr} if lr is not None else {}), weight_decay=settings.weight_decay,
-                             betas=(0.9, 0.95), fused=fused)
-
-
-def deepspeed_engine(module: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, shape: StepShape,
-                     world_size: int, settings: OptimizerSettings, compute: ComputeSettings):
+def deepspeed_engine(module: torch.nn.Module, optimizer, scheduler, shape: StepShape, world_size: int,
+                     settings: OptimizerSettings, compute: ComputeSettings):
     """A DeepSpeed engine training `module` with our optimizer and schedule (DeepSpeed's config holds the rest)."""
     import deepspeed
 
-    config = deepspeed_config(shape, world_size, settings, compute)
-    # fp32 outside ZeRO, DeepSpeed runs two Python loops over the parameters each step: an all-reduce's flatten and
-    # copy-back (with one rank too) and a clip (a norm, two copies and a multiply each): 800 of an SFT step's
-    # 3,500 ops on glm5-tiny, where ops cost more than their arithmetic. Here the same clip rule (max_norm /
-    # (norm + 1e-6), at most 1) runs in torch's foreach clip before each optimizer step, and with one rank the
-    # all-reduce is skipped; what it also did stays: a parameter without a gradient gets a zero one, so Adam's
-    # momentum moves it as it does under ZeRO, whose gradients are flat buffers.
-    plain = settings.zero_stage == 0 and not config["bf16"]["enabled"]
-    if plain:
-        config["gradient_clipping"] = 0.0
-        trainable = [p for group in optimizer.param_groups for p in group["params"]]
-
-        def before_step(*_) -> None:
-            for parameter in trainable:
-                if parameter.grad is None:
-                    parameter.grad = torch.zeros_like(parameter)
-            if settings.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(trainable, settings.grad_clip, foreach=True)
-
-        optimizer.register_step_pre_hook(before_step)
-    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler, config=config)
-    if plain and world_size == 1:
-        engine.enable_backward_allreduce = False  # as DeepSpeed does itself without a process group
+    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler,
+                                           config=deepspeed_config(shape, world_size, settings, compute))
     return engine
 
 

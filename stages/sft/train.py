@@ -19,7 +19,7 @@ from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
-from stages.common.training_engine import StepShape, adamw, adapt_model, deepspeed_engine, peak_memory_mb, step_shape
+from stages.common.training_engine import StepShape, adapt_model, deepspeed_engine, peak_memory_mb, step_shape
 from stages.sft.config import DsaSchedule, SftConfig
 from stages.sft.data import render_rows
 from stages.sft.objective import SftObjective
@@ -82,7 +82,7 @@ def build_engine(model, config: SftConfig, schedule: DsaSchedule, shape: StepSha
     if indexer_params:  # the indexer learns at its own constant rate; a model without one has no such group
         groups.append({"params": [p for p in model.parameters() if id(p) in indexer_params], "lr": schedule.indexer_lr})
         lambdas.append(lambda step: 1.0)
-    optimizer = adamw(groups, settings)
+    optimizer = torch.optim.AdamW(groups, weight_decay=settings.weight_decay, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
     return deepspeed_engine(SftObjective(model), optimizer, scheduler, shape, world_size, settings, config.compute)
 
