@@ -73,7 +73,8 @@ def stable_topk(scores: torch.Tensor, k: int, in_key_order: bool = True) -> torc
     do not exist, in a full forward they are -inf and sort behind every valid key. `torch.topk` promises no
     order among equal scores, and in practice picks differently for different key counts: its choice stands
     only where no key left out ties with the k-th score. The other queries (ReLU zeros, or fewer than k visible
-    keys) take the keys above the k-th score and fill the remaining places with the newest keys equal to it.
+    keys) take the keys above the k-th score and fill the remaining places with the newest keys equal to it;
+    for a mask, a query with fewer than k visible keys keeps topk's choice (all of them, and masked keys).
     """
     values, chosen = scores.topk(k, dim=-1, sorted=False)
     kth = values.min(dim=-1, keepdim=True).values
