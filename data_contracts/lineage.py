@@ -28,20 +28,27 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A reference's `name`: the artifact's name in the store its record is committed to, relative to the store's root
+# (None: it was in another store). An auditor's check follows names inside the store it is given, so a store
+# copied, moved or restored from S3 verifies where it is now, and never reads bytes from where it was.
+
+
 class ParentRef(_Record):
     """Another committed artifact this one was derived from. `source`: the dataset a filtered dataset's rows
     were chosen from; `evaluated`: the checkpoint an evaluation (or the difficulty filter's pass rates) measured."""
 
     role: Literal["init", "teacher", "reward_model", "tokenizer", "resume", "evaluated", "source"]
-    uri: str
+    uri: str  # where it was when this record was written
     digest: str
+    name: str | None = None
 
 
 class DataInput(_Record):
     """A committed data artifact read by the run."""
 
-    uri: str
+    uri: str  # where it was when this record was written
     digest: str
+    name: str | None = None
     rows: int | None = None
     contract: str | None = None
     # "rollouts": the samples the run trained on (rollout@1 shards it wrote), not data it read.
@@ -84,6 +91,17 @@ class Lineage(_Record):
     wandb_run: str | None = None
     eval_summary: dict[str, float] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    # This artifact's own name in its store: from the artifact's URI, the store's root today.
+    stored_as: str | None = None
+
+    def committed_as(self, root_uri: str, name: str) -> Lineage:
+        """This record as committed to `name` in the store at `root_uri`: every reference inside that store
+        named relative to its root."""
+        def named(ref):
+            inside = ref.uri.startswith(root_uri + "/")
+            return ref.model_copy(update={"name": ref.uri[len(root_uri) + 1:] if inside else None})
+        return self.model_copy(update={"stored_as": name, "parents": [named(p) for p in self.parents],
+                                       "inputs": [named(i) for i in self.inputs]})
 
     def to_bytes(self) -> bytes:
         return (self.model_dump_json(indent=2) + "\n").encode("utf-8")

@@ -8,6 +8,7 @@ checkpoint's own lineage says where those are: its chain of `init` parents.
 from __future__ import annotations
 
 from data_contracts.lineage import Lineage
+from infra.lineage import name_in_store
 from infra.store import ArtifactStore
 
 
@@ -26,5 +27,6 @@ def stage_outputs(store: ArtifactStore, uri: str) -> dict[str, str]:
         artifact = store.open(current)
         lineage = Lineage.model_validate(artifact.lineage())
         found.setdefault(made_by(lineage), artifact.uri)
-        current = next((parent.uri for parent in lineage.parents if parent.role == "init"), None)
+        init = next((parent for parent in lineage.parents if parent.role == "init"), None)
+        current = None if init is None else name_in_store(store, init)  # where the store lies now
     return found

@@ -1,18 +1,17 @@
 """A checkpoint's ancestry: the DAG of lineage records behind it, and byte-level verification of it.
 
 Every parent and data input is itself a committed artifact with its own lineage, so the ancestry is
-followed recursively by URI. Verification re-hashes every file of every artifact in the DAG and
+followed recursively, by each reference's name inside the store given (never into another store). Verification re-hashes every file of every artifact in the DAG and
 checks that each recorded parent/input digest still equals that artifact's digest today.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_contracts.lineage import Lineage, RewardModuleRef
-from infra.store import ArtifactStoreError, CommittedArtifact, open_artifact
+from data_contracts.lineage import DataInput, Lineage, ParentRef, RewardModuleRef
+from infra.store import ArtifactStore, ArtifactStoreError, CommittedArtifact, open_artifact, open_store
 
 
 @dataclass
@@ -33,30 +32,68 @@ class AncestryNode:
             yield from child.walk()
 
 
-def load_ancestry(
-    uri: str, opener: Callable[[str], CommittedArtifact] = open_artifact, *, role: str = "self",
-    recorded_digest: str | None = None, _seen: dict[str, AncestryNode] | None = None,
-) -> AncestryNode:
-    """Follow parents and inputs from `uri`; an artifact reached twice is loaded once."""
+def load_ancestry(store: ArtifactStore, name: str, *, role: str = "self", recorded_digest: str | None = None,
+                  _seen: dict[str, AncestryNode] | None = None) -> AncestryNode:
+    """Follow parents and inputs from the artifact `name` of `store`, inside that store only: a reference is
+    followed by its name there, whatever store it was written in, and one to another store is an error node (never
+    read: its bytes are not the store's). An artifact reached twice is loaded once."""
     seen = {} if _seen is None else _seen
-    node = AncestryNode(uri=uri, role=role, recorded_digest=recorded_digest)
-    if uri in seen:
-        node.artifact, node.lineage, node.error = seen[uri].artifact, seen[uri].lineage, seen[uri].error
+    node = AncestryNode(uri=f"{store.root_uri}/{name}", role=role, recorded_digest=recorded_digest)
+    if name in seen:
+        node.artifact, node.lineage, node.error = seen[name].artifact, seen[name].lineage, seen[name].error
         return node
-    seen[uri] = node
+    seen[name] = node
     try:
-        node.artifact = opener(uri)
+        node.artifact = store.open(name)
         node.lineage = Lineage.model_validate(node.artifact.lineage())
     except (ArtifactStoreError, ValueError, OSError) as error:
-        node.error = str(error) if uri in str(error) else f"{uri}: {error}"
+        node.error = str(error) if node.uri in str(error) else f"{node.uri}: {error}"
         return node
-    for parent in node.lineage.parents:
-        node.children.append(load_ancestry(parent.uri, opener, role=parent.role, recorded_digest=parent.digest,
+    references = [(parent, parent.role) for parent in node.lineage.parents]
+    references += [(data, "rollouts" if data.role == "rollouts" else "input") for data in node.lineage.inputs]
+    for reference, reference_role in references:
+        inside = name_in_store(store, reference)
+        if inside is None:
+            node.children.append(AncestryNode(
+                uri=reference.uri, role=reference_role, recorded_digest=reference.digest,
+                error=f"{reference.uri}: outside the store {store.root_uri}, so not read (only what is inside "
+                      "the store given is verified)"))
+            continue
+        node.children.append(load_ancestry(store, inside, role=reference_role, recorded_digest=reference.digest,
                                            _seen=seen))
-    for data in node.lineage.inputs:
-        role = "rollouts" if data.role == "rollouts" else "input"
-        node.children.append(load_ancestry(data.uri, opener, role=role, recorded_digest=data.digest, _seen=seen))
     return node
+
+
+def name_in_store(store: ArtifactStore, reference: ParentRef | DataInput) -> str | None:
+    """The name `reference` has in `store`, or None where it points elsewhere. Records written before references
+    carried their names are read by their URIs, which then must lie under the store's root."""
+    if reference.name is not None:
+        return reference.name
+    root = store.root_uri + "/"
+    return reference.uri[len(root):] if reference.uri.startswith(root) else None
+
+
+def located(uri: str, store: ArtifactStore) -> tuple[ArtifactStore, str]:
+    """The store a full artifact URI lies in and its name there: `store` where the URI is under its root, else
+    the root its lineage says it was committed under."""
+    root = store.root_uri + "/"
+    if uri.startswith(root):
+        return store, uri[len(root):]
+    lineage = Lineage.model_validate(open_artifact(uri).lineage())
+    own = own_store(uri, lineage)
+    if own is None:
+        raise ValueError(f"{uri}: not inside the store {store.root_uri}, and its lineage does not name it in "
+                         "its own store (written before lineage did): pass --store with the root it lies under")
+    return own, lineage.stored_as
+
+
+def own_store(uri: str, lineage: Lineage) -> ArtifactStore | None:
+    """The store the artifact at `uri` lies in today: its URI less the name it was committed as (`stored_as`);
+    None for a record written before lineage named artifacts in their store."""
+    stored_as, uri = lineage.stored_as, uri.rstrip("/")
+    if stored_as is None or not uri.endswith("/" + stored_as):
+        return None
+    return open_store(uri[:-len(stored_as) - 1])
 
 
 def verify_ancestry(root: AncestryNode) -> list[str]:

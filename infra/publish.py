@@ -25,7 +25,7 @@ def publish_directory(store: ArtifactStore, name: str, local_dir: str | Path, li
     """Every file under local_dir becomes part of the artifact `name`; commits are idempotent."""
     writer = store.begin(name)
     writer.put_dir(local_dir)
-    return writer.commit(lineage.to_bytes())
+    return writer.commit(lineage.committed_as(store.root_uri, name).to_bytes())
 
 
 def publish_for_inputs(store: ArtifactStore, name: str, local_dir: str | Path, lineage: Lineage) -> CommittedArtifact:

@@ -52,13 +52,14 @@ def lineage(
     debug: bool = typer.Option(False, "--debug", help="On an error, show the traceback as well."),
 ) -> None:
     """Show the ancestry of a checkpoint: parents, teachers, data inputs, the samples it trained on, code, config
-    and reward modules."""
-    from infra.lineage import ancestry_dot, ancestry_json, ancestry_mermaid, load_ancestry, verify_ancestry
-    from infra.store import open_artifact
+    and reward modules. Ancestors are read inside the artifact's store only (a copied or moved store is verified
+    where it is now); a reference to another store is named as a problem."""
+    from infra.lineage import ancestry_dot, ancestry_json, ancestry_mermaid, load_ancestry, located, verify_ancestry
+    from infra.store import open_store
     from infra.store.errors import ArtifactStoreError
 
     def ancestry(resolved: str):
-        root = load_ancestry(resolved, open_artifact)
+        root = load_ancestry(*located(resolved, open_store(store)))
         if root.error:  # the artifact itself could not be read: nothing to show
             raise ArtifactStoreError(root.error)
         return root

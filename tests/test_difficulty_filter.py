@@ -22,7 +22,7 @@ from flows.spec import SpecError, parse_spec
 from flows.spec_plan import plan_spec
 from flows.stage_inputs import PipelineRun, flow_inputs, stage_evals
 from flows.stage_table import BY_NAME
-from infra.lineage import load_ancestry, verify_ancestry
+from infra.lineage import load_ancestry, located, verify_ancestry
 from infra.publish import published_contract
 from infra.references import resolve_dataset
 from infra.store import open_artifact, open_store
@@ -140,7 +140,7 @@ def test_the_filter_keeps_the_train_rows_whose_pass_rate_lies_in_the_band(arith_
                            "pass_rate": rates[row["id"]], "kept": row["id"] in expected} for row in source_train]
     store = open_store(arith_store["root"])
     assert resolve_dataset(store, "arith-filtered:latest", "DATASET") == uri  # a name stages and specs can use
-    assert verify_ancestry(load_ancestry(uri)) == []  # `posttrain lineage --verify` passes on it
+    assert verify_ancestry(load_ancestry(*located(uri, store))) == []  # `posttrain lineage --verify` passes on it
 
     again = filter_cli(arith_store, "arith:latest", "--checkpoint", "init:latest", *MIDDLE)
     assert again.exit_code == 0 and again.stdout.strip().splitlines()[-1] == uri

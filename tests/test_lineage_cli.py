@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from data_contracts.lineage import Lineage
+from infra.publish import parent_ref, publish_directory
+from infra.store import open_store
 from posttrain.cli import app
 from tests.s3_server import raw_s3_client
 
@@ -149,3 +153,47 @@ def test_lineage_and_rollouts_take_the_store_as_the_runbooks_show(prepared_store
     assert "all files of" in verified.stderr and summary["init_checkpoint"] in verified.stdout.replace("\n", "")
     no_samples = CliRunner().invoke(app, ["rollouts", name, "--store", str(store)], env={"POSTTRAIN_STORE": ""})
     assert no_samples.exit_code == 1 and "no samples on record" in no_samples.stderr
+
+
+def node_uris(node: dict) -> list[str]:
+    return [node["uri"], *(uri for ancestor in node.get("ancestors", []) for uri in node_uris(ancestor))]
+
+
+def test_a_copied_or_moved_store_is_verified_where_it_is_and_each_flipped_byte_of_it_is_named(prepared_store, tmp_path):
+    root, summary = prepared_store
+    original = (root / "store").as_uri()
+    name = summary["init_checkpoint"].removeprefix(original + "/")
+    dataset = summary["datasets"]["arith"].removeprefix(original + "/")
+    shutil.copytree(root / "store", tmp_path / "copy")
+    (tmp_path / "copy").rename(tmp_path / "moved")  # a store moved to a new folder
+    moved = (tmp_path / "moved").as_uri()
+    # Given by its URI alone: the lineage names the checkpoint in its store, so the store's root today is known.
+    clean = posttrain("lineage", f"{moved}/{name}", "--verify", "--json")
+    assert clean.returncode == 0, clean.stderr
+    read = node_uris(json.loads(clean.stdout))
+    assert len(read) > 5 and all(uri.startswith(moved + "/") for uri in read)
+
+    flip_byte(tmp_path / "moved" / name / "model.safetensors")
+    flip_byte(tmp_path / "moved" / dataset / "train.parquet", offset=2000)
+    flipped = posttrain("lineage", name, "--verify", "--store", str(tmp_path / "moved"))
+    assert flipped.returncode == 1
+    mismatches = [line for line in flipped.stderr.splitlines() if line.startswith("MISMATCH")]
+    assert any(f"{moved}/{name}/model.safetensors" in line for line in mismatches)
+    assert any(f"{moved}/{dataset}/train.parquet" in line for line in mismatches)
+    assert not any(original in line for line in mismatches)
+    assert posttrain("lineage", name, "--verify", "--store", str(root / "store")).returncode == 0  # untouched
+
+
+def test_a_reference_to_another_store_is_named_and_never_read(prepared_store, tmp_path):
+    root, summary = prepared_store
+    other = open_store(str(tmp_path / "other"))
+    lineage = Lineage(kind="checkpoint", name="made from another store's checkpoint",
+                      parents=[parent_ref(open_store(str(root / "store")).open(
+                          summary["init_checkpoint"].removeprefix((root / "store").as_uri() + "/")), "init")])
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "model.safetensors").write_bytes(b"not read")
+    made = publish_directory(other, "checkpoints/sft/elsewhere", tmp_path / "weights", lineage)
+    assert Lineage.model_validate(made.lineage()).parents[0].name is None
+    result = CliRunner().invoke(app, ["lineage", made.uri, "--verify"], env={"POSTTRAIN_STORE": ""})
+    assert result.exit_code == 1
+    assert f"MISMATCH {summary['init_checkpoint']}: outside the store {other.root_uri}" in result.stderr

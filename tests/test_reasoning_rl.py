@@ -1,6 +1,7 @@
 """The reasoning RL job end to end on the tiny model: a real engine process, DeepSpeed, the store."""
 
 import json
+import shutil
 from pathlib import Path
 
 import datasets
@@ -128,6 +129,19 @@ def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_line
     assert "all files of" in ancestry.output
     drawn = CliRunner().invoke(app, ["lineage", committed.uri, "--format", "mermaid"]).output
     assert '["rollouts: 72 samples of steps 1-3 in 3 shard(s)' in drawn and "-->|rollouts|" in drawn
+    # An auditor's copy of the store: a byte flipped in one of its rollout shards is named there, in the copy.
+    copy = tmp_path / "audit-copy"
+    shutil.copytree(small_store["root"], copy)
+    name = shards[1].artifact.uri.removeprefix(store.root_uri + "/")
+    shard = copy / name / SHARD_FILE
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    audited = CliRunner().invoke(app, ["lineage", config.output_name, "--verify", "--store", str(copy)])
+    assert audited.exit_code == 1 and f"{copy.as_uri()}/{name}/{SHARD_FILE}" in audited.stderr
+    # `posttrain rollouts` reads the copy's samples too, never the original's.
+    assert all(s.artifact.uri.startswith(copy.as_uri() + "/")
+               for s in recorded_shards(open_store(str(copy)).open(config.output_name)))
 
 
 def test_a_frozen_glob_that_matches_nothing_is_refused_naming_it(tokenizer):

@@ -94,7 +94,7 @@ class RolloutRecord:
             "eval_summary": {}})
         writer = self.store.begin(name)
         writer.put_file(SHARD_FILE, path)
-        writer.commit(lineage.to_bytes())
+        writer.commit(lineage.committed_as(self.store.root_uri, name).to_bytes())
         path.unlink()
 
     def drain(self) -> None:
