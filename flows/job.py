@@ -8,7 +8,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from prefect import get_run_logger, runtime
+from prefect import get_client, get_run_logger, runtime
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
 from flows.results import Trained
@@ -142,13 +142,21 @@ def train_stage(config: StageIO) -> Trained:
 
 def with_flow_provenance(config: StageIO) -> StageIO:
     """The config with the running flow (and its deployment) and the stage's wandb run recorded as its
-    provenance, for lineage."""
+    provenance, for lineage; the flow run takes the stage's run_id as its name."""
+    name_flow_run(config.run_id)
     return config.model_copy(update={"provenance": config.provenance.model_copy(update={
         "flow_run_id": str(runtime.flow_run.id), "deployment_id": runtime.deployment.id,
         "flow_name": runtime.flow_run.flow_name,
         "triggered_by": config.provenance.triggered_by or "prefect",
         "wandb_run": f"{PROJECT}/{wandb_run_id(config)}",
     })})
+
+
+def name_flow_run(name: str) -> None:
+    """The running flow run renamed `name` (a stage's run_id, a pipeline's run id): the UI lists runs by the name
+    a person typed or a report shows, not by Prefect's two random words."""
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_name(runtime.flow_run.id, name)
 
 
 def with_shared_engine(stack: ExitStack, config):

@@ -115,6 +115,9 @@ def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(ser
     assert created.status_code == 201, created.text
     state = _finished_state(api, created.json()["id"])
     assert state["type"] == "COMPLETED", state
+    # Listed in the UI by the run_id typed into the form, not by Prefect's random words.
+    run = _retrying_503(lambda: requests.get(f"{api}/flow_runs/{created.json()['id']}", timeout=10, auth=AUTH)).json()
+    assert run["name"] == config["run_id"]
 
     lineage = store.open(f"checkpoints/general_rl/{config['run_id']}").lineage()
     (module,) = lineage["reward_modules"]

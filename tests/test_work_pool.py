@@ -98,8 +98,10 @@ def test_a_worker_elsewhere_runs_a_deployed_sft_stage_to_completion(prefect_env,
 
     with temporary_settings(updates={PREFECT_API_URL: prefect_env["PREFECT_API_URL"]}):
         with get_client(sync_client=True) as client:
-            state = client.read_flow_run(run.id).state
+            finished = client.read_flow_run(run.id)
+    state = finished.state
     assert state.is_completed(), f"{state}\n{log.read_text()[-3000:]}"
+    assert finished.name == config.run_id  # the UI lists it by its run_id
     store = open_store(small_store["root"])
     assert store.is_committed(config.output_name)
     # This run's checkpoint, not one an earlier run left: its lineage names the flow run.
