@@ -78,8 +78,10 @@ class StageFailed(RuntimeError):
         self.module, self.job_id, self.end, self.tail = module, job_id, end, tail
         self.returncode = end.exit_code
         where = "" if job_id.startswith("local:") else f" ({job_id})"
-        super().__init__(f"{module}{where} ended {end.state} with exit code {end.exit_code}"
-                         + (f": {cause}" if cause else "") + "; last lines:\n" + "\n".join(tail))
+        # With the job's own account of what went wrong, one line (a run's state message, a terminal); its
+        # traceback is in the job's output, which the flow run's log holds. Without one, its last lines.
+        said = f": {cause}" if cause else "; last lines:\n" + "\n".join(tail)
+        super().__init__(f"{module}{where} ended {end.state} with exit code {end.exit_code}{said}")
 
     def because(self, cause: str) -> StageFailed:
         """The same failure, led by what the job said went wrong."""

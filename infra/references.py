@@ -24,7 +24,9 @@ def _newest(store: ArtifactStore, names: list[str]) -> str | None:
     return max(stamped)[1] if stamped else None
 
 
-def _resolve(store: ArtifactStore, reference: str, field: str, kind: str, newest_of) -> str:
+def _resolve(store: ArtifactStore, reference: str, field: str, kind: str, newest_of, labels) -> str:
+    """`newest_of(label)`: the newest committed name for `label:latest`; `labels()`: every label the store holds,
+    offered in the message when the reference names nothing."""
     reference = reference.strip()
     if not reference:
         raise UnresolvedReference(f"{field}: empty; give {kind} name, NAME{LATEST} or a URI")
@@ -32,15 +34,24 @@ def _resolve(store: ArtifactStore, reference: str, field: str, kind: str, newest
         label = reference[: -len(LATEST)]
         name = newest_of(label)
         if name is None:
-            raise UnresolvedReference(f"{field}: {reference}: no committed {kind} named {label!r} in {store.root_uri}")
+            raise UnresolvedReference(f"{field}: {reference}: no committed {kind} named {label!r} in {store.root_uri}"
+                                      + _offered(kind, labels()))
         return store.open(name).uri
     try:
         committed = store.is_committed(reference)
     except (ArtifactStoreError, ValueError) as error:  # a malformed name, a URI of another store
         raise UnresolvedReference(f"{field}: {reference}: {error}") from None
     if not committed:
-        raise UnresolvedReference(f"{field}: {reference}: not a committed artifact in {store.root_uri}")
+        raise UnresolvedReference(f"{field}: {reference}: not a committed artifact in {store.root_uri}"
+                                  + _offered(kind, labels()))
     return store.open(reference).uri
+
+
+def _offered(kind: str, labels: list[str], most: int = 12) -> str:
+    if not labels:
+        return f"; it holds no {kind} yet"
+    shown = ", ".join(f"{label}{LATEST}" for label in labels[:most])
+    return f"; it holds {shown}" + (f" and {len(labels) - most} more" if len(labels) > most else "")
 
 
 def resolve_checkpoint(store: ArtifactStore, reference: str, field: str) -> str:
@@ -50,7 +61,10 @@ def resolve_checkpoint(store: ArtifactStore, reference: str, field: str) -> str:
         names = [n for n in store.list_committed(f"checkpoints/{stage}/") if "-steps/" not in n]
         return _newest(store, names)
 
-    uri = _resolve(store, reference, field, "checkpoint", newest_of)
+    def stages() -> list[str]:
+        return sorted({n.split("/")[1] for n in store.list_committed("checkpoints/") if "-steps/" not in n})
+
+    uri = _resolve(store, reference, field, "checkpoint", newest_of, stages)
     if "config.json" not in store.open(uri).manifest.files:
         raise UnresolvedReference(f"{field}: {reference}: not a checkpoint (it has no config.json)")
     return uri
@@ -64,7 +78,10 @@ def resolve_dataset(store: ArtifactStore, reference: str, field: str) -> str:
                  if store.open(n).lineage().get("name") == label]
         return _newest(store, names)
 
-    uri = _resolve(store, reference, field, "dataset", newest_of)
+    def labels() -> list[str]:
+        return sorted({str(store.open(n).lineage().get("name")) for n in store.list_committed("datasets/")})
+
+    uri = _resolve(store, reference, field, "dataset", newest_of, labels)
     missing = {"train.parquet", "test.parquet"} - set(store.open(uri).manifest.files)
     if missing:
         raise UnresolvedReference(f"{field}: {reference}: not a dataset (no {', '.join(sorted(missing))})")

@@ -168,6 +168,8 @@ def test_a_band_that_keeps_no_prompt_is_named_and_commits_nothing(arith_store):
     ({"--checkpoint": "sft:latest"}, "--checkpoint: sft:latest: no committed checkpoint named 'sft'"),
     ({"--checkpoint": "checkpoints/sft/never-trained"}, "--checkpoint: checkpoints/sft/never-trained: not a committed"),
     ({"DATASET": "nosuch:latest"}, "DATASET: nosuch:latest: no committed dataset named 'nosuch'"),
+    ({"DATASET": "nosuch:latest"}, "; it holds arith:latest"),  # what the store holds, to pick from
+    ({"--checkpoint": "sft:latest"}, "; it holds init:latest"),
     ({"--name": "../../tmp/x"}, "dataset name '../../tmp/x': not allowed"),  # refused, not rewritten
 ])
 def test_a_bad_input_is_named_exits_2_and_commits_nothing(arith_store, override, named):

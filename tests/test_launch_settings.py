@@ -12,7 +12,7 @@ from flows.params import PipelineParams
 from flows.spec import parse_spec
 from flows.stage_configs import distill_config, stage_config, stage_run_id
 from flows.stage_table import STAGES
-from infra.launch import JobRequest
+from infra.launch import JobEnd, JobRequest, StageFailed
 from infra.launchers import DeepSpeedLaunch, SlurmLaunch
 from infra.lifetime import OWNER_ENV
 from stages.distill.config import TeacherSpec
@@ -147,3 +147,14 @@ def test_deepspeed_hosts_and_variables_are_names_and_one_line_values(launch, fie
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         DeepSpeedLaunch(**launch)
     assert DeepSpeedLaunch(hosts=[{"name": "gpu-1.cluster"}], master_addr="10.0.0.1").master_addr == "10.0.0.1"
+
+
+def test_a_failed_job_that_said_why_is_one_line_and_one_that_did_not_shows_its_last_lines():
+    tail = ["Traceback (most recent call last):", '  File "x.py", line 1', "ValueError: boom"]
+    silent = StageFailed("stages.sft.train", "slurm:42", JobEnd("FAILED", 1), tail)
+    assert str(silent).endswith("last lines:\n" + "\n".join(tail)) and "(slurm:42)" in str(silent)
+    said = silent.because("rank 0: ValueError: optimizer.warmup_steps 5 exceeds max_steps 3")
+    # A run's state message: the job's own account, no traceback (that stays in the run's log).
+    assert str(said) == ("stages.sft.train (slurm:42) ended FAILED with exit code 1: "
+                         "rank 0: ValueError: optimizer.warmup_steps 5 exceeds max_steps 3")
+    assert said.tail == tail and said.returncode == 1

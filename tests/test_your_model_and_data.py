@@ -95,6 +95,7 @@ def test_spec_check_names_each_reference_that_resolves_to_nothing(tmp_path):
     assert done.exit_code == 1, done.output
     assert "data.imports.my-chats.path: " in done.stderr and "no such file" in done.stderr
     assert "model.checkpoint: sft:latest: no committed checkpoint named 'sft'" in done.stderr
+    assert "it holds no checkpoint yet" in done.stderr
     assert "stages.reasoning_rl.datasets[1]: gsm8k:latest: no committed dataset named 'gsm8k'" in done.stderr
 
 
