@@ -109,7 +109,7 @@ def rollouts(
 
     def samples_of(resolved: str):
         checkpoint = open_artifact(resolved)
-        return checkpoint, decoded_samples(checkpoint, step, limit)
+        return checkpoint, decoded_samples(checkpoint, step, limit, for_reader=output_format is RolloutsFormat.table)
 
     checkpoint, samples = _opened(uri, store, debug, samples_of)
     if not samples:

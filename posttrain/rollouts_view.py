@@ -9,6 +9,7 @@ from rich.table import Table
 
 from infra.rollouts import recorded_shards
 from infra.store import CommittedArtifact
+from model.readable import readable
 from model.tokenizer import load_tokenizer
 
 # The checkpoint's weights and resume state are not needed to decode.
@@ -16,9 +17,10 @@ NOT_THE_TOKENIZER = ("deepspeed/", "model", "metrics.jsonl", "trainer_state.json
 SHOWN_CHARS = 300
 
 
-def decoded_samples(checkpoint: CommittedArtifact, step: int | None, limit: int) -> list[dict]:
+def decoded_samples(checkpoint: CommittedArtifact, step: int | None, limit: int, for_reader: bool = False) -> list[dict]:
     """Up to `limit` recorded samples (of `step` only, if given) in step order, each with its `prompt` and
-    `completion` decoded (special tokens kept: the format is part of what was rewarded)."""
+    `completion` decoded: with every special token kept (the format is part of what was rewarded), or `for_reader`
+    as a person reads them (model/readable.py)."""
     rows = []
     for shard in recorded_shards(checkpoint):
         if step is not None and shard.step != step:
@@ -30,8 +32,10 @@ def decoded_samples(checkpoint: CommittedArtifact, step: int | None, limit: int)
         return []
     with tempfile.TemporaryDirectory(prefix="posttrain-tokenizer-") as scratch:
         tokenizer = load_tokenizer(checkpoint.download(scratch, skip=NOT_THE_TOKENIZER))
-    return [{"prompt": tokenizer.decode(row["prompt_ids"], skip_special_tokens=False),
-             "completion": tokenizer.decode(row["response_ids"], skip_special_tokens=False), **row} for row in rows]
+    def decode(ids: list[int]) -> str:
+        return readable(tokenizer, ids) if for_reader else tokenizer.decode(ids, skip_special_tokens=False)
+
+    return [{"prompt": decode(row["prompt_ids"]), "completion": decode(row["response_ids"]), **row} for row in rows]
 
 
 def samples_table(samples: list[dict]) -> Table:

@@ -119,10 +119,16 @@ def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_line
     # Decoded samples went out while it trained, and `posttrain rollouts` shows them afterwards.
     shown = [e for e in events if e["event"] == "samples"]
     assert [e["step"] for e in shown] == [1, 2, 3] and all(len(e["samples"]) == 2 for e in shown)
+    # Each table: as a person reads it, every reward module's score beside the reward.
+    assert all(f"score {module}" in sample for e in shown for sample in e["samples"]
+               for module in ("short_replies", "arith_exact_match"))
+    assert not any("<|assistant|>" in sample["prompt"] for e in shown for sample in e["samples"])
     printed = CliRunner().invoke(app, ["rollouts", committed.uri, "--step", "2", "--limit", "3", "--format", "jsonl"])
     assert printed.exit_code == 0, printed.output
     samples = [json.loads(line) for line in printed.output.splitlines()]
     assert len(samples) == 3 and all(sample["step"] == 2 and sample["completion"] for sample in samples)
+    table = CliRunner().invoke(app, ["rollouts", committed.uri, "--step", "2", "--limit", "2"]).output
+    assert "assistant" in table and not any(token in table for token in ("<|user|>", "<|assistant|>", "[gMASK]"))
     ancestry = CliRunner().invoke(app, ["lineage", committed.uri, "--verify"])
     assert ancestry.exit_code == 0, ancestry.output
     assert "rollouts 72 samples of steps 1-3 in 3 shard(s)" in ancestry.output

@@ -22,6 +22,7 @@ from data_contracts.lineage import DataInput, Lineage
 from data_contracts.parquet import write_parquet
 from infra.rollouts import SHARD_FILE
 from infra.store import ArtifactStore, sha256_file
+from model.readable import readable
 from rewards import RewardSample
 from stages.common.config import RolloutRecordSettings
 from stages.common.distributed import Dist, all_gather_objects, barrier
@@ -122,14 +123,34 @@ class RolloutRecord:
         self._committer.shutdown()
 
     def show(self, step: int, rows: list[dict]) -> None:
-        """A few decoded samples of the step, for the run's log and the UI's table."""
-        decode = self.tokenizer.decode
-        shown = [{"task": row["task"], "group": row["group_id"],
-                  "prompt": decode(row["prompt_ids"], skip_special_tokens=False)[-SHOWN_CHARS:],
-                  "completion": decode(row["response_ids"], skip_special_tokens=False)[:SHOWN_CHARS],
-                  "reward": row.get("reward"), "advantage": row.get("advantage")}
-                 for row in rows[:self.settings.show_samples]]
+        """A few samples of the step as a person reads them, for the run's log and the UI's table: the best and
+        the worst of each of a few groups (a group's samples answer one prompt, so its best and worst show what
+        the reward told apart), with each reward module's score."""
+        shown = []
+        for row in best_and_worst(rows, self.settings.show_samples):
+            scores = {f"score {s['module']}": s["score"] for s in row.get("reward_scores") or []}
+            shown.append({"task": row["task"], "group": row["group_id"].rsplit("/", 1)[-1],
+                          "reward": row.get("reward"), **scores, "advantage": row.get("advantage"),
+                          "prompt": readable(self.tokenizer, row["prompt_ids"])[-SHOWN_CHARS:],
+                          "completion": readable(self.tokenizer, row["response_ids"])[:SHOWN_CHARS]})
         self.events.emit("samples", step=step, samples=shown)
+
+
+def best_and_worst(rows: list[dict], count: int) -> list[dict]:
+    """Up to `count` rows: the highest and the lowest rewarded of each group in turn (one where they tie)."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["group_id"], []).append(row)
+    chosen = []
+    for members in groups.values():
+        best = max(members, key=_reward)
+        worst = min(members, key=_reward)
+        chosen += [best] if _reward(best) == _reward(worst) else [best, worst]
+    return chosen[:count]
+
+
+def _reward(row: dict) -> float:
+    return row.get("reward") or 0.0
 
 
 def reward_input(sample: RewardSample) -> str:
