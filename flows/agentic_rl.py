@@ -30,7 +30,12 @@ def evaluate_tool_tasks(store_root: str | None, checkpoint: str, datasets: list[
 def agentic_rl(config: AgenticRlConfig, eval_settings: AgenticEvalSettings | None = None) -> StageResult:
     """Fully asynchronous agentic RL from `config.init_checkpoint`; held-out tool-task success before and after.
 
-    The stage starts its engine replicas and task services itself and stops them when it ends."""
+    The stage starts its engine replicas and task services itself and stops them when it ends.
+
+    Args:
+        config: the agentic RL run: init checkpoint, task datasets and tasks, mode, rewards, compute.
+        eval_settings: how held-out tool-task success is measured before and after: episodes per task, seed.
+    """
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "agentic_rl")
     eval_settings = eval_settings or AgenticEvalSettings(seed=config.data_seed)

@@ -37,7 +37,12 @@ def by_teacher(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
 @flow(name="distill", log_prints=True)
 def distill(config: DistillConfig, eval_settings: DistillEvalSettings | None = None) -> StageResult:
     """On-policy distillation of every teacher into the student; per teacher domain: the teacher's score,
-    the student's before and after, and the share of the teacher's score the student keeps."""
+    the student's before and after, and the share of the teacher's score the student keeps.
+
+    Args:
+        config: the distillation run: the student's init checkpoint, its teachers with their domains, compute.
+        eval_settings: how each teacher domain is scored for the teacher and the student before and after.
+    """
     check_teacher_sources(config.teachers)
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "distill")

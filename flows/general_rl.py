@@ -30,7 +30,12 @@ def evaluate_rules_and_rewards(config: GeneralRlConfig, checkpoint: str, setting
 
 @flow(name="general_rl", log_prints=True)
 def general_rl(config: GeneralRlConfig, eval_settings: GeneralEvalSettings | None = None) -> StageResult:
-    """GRPO + IcePop with the configured (by default mixed) reward; held-out rule compliance and reward before and after."""
+    """GRPO + IcePop with the configured (by default mixed) reward; held-out rule compliance and reward before and after.
+
+    Args:
+        config: the general RL run: init checkpoint, prompt datasets, reward modules (rules, ORM, GRM), compute.
+        eval_settings: how held-out rule compliance and reward are measured before and after: prompts, seed.
+    """
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "general_rl")
     eval_settings = eval_settings or GeneralEvalSettings(seed=config.seed)

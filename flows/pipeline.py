@@ -83,6 +83,12 @@ def planned_stages(params: PipelineParams, spec: PipelineSpec) -> list[Stage]:
 
 @flow(name="pipeline", log_prints=True)
 def pipeline(params: PipelineParams) -> dict:
+    """The whole pipeline from a spec: SFT, reasoning RL, agentic RL, the ORM, general RL and distillation, each
+    stage skipped where its output is committed, then the report with every stage's before and after.
+
+    Args:
+        params: the spec (a preset, a file, or the spec itself as YAML or JSON), the stages to run and the seed.
+    """
     started = time.monotonic()
     name, spec, base = params.load_spec()
     # The random tail keeps two runs started in one second (two pipelines on one store) apart.

@@ -33,7 +33,14 @@ def evaluate_with_engine(store_root: str | None, checkpoint: str, dataset: str,
 def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None,
                  eval_settings: SampledEvalSettings | None = None) -> StageResult:
     """GRPO + IcePop from `config.init_checkpoint`; held-out accuracy (greedy and sampled) before and after,
-    on the test split of `eval_dataset` (default: the first of the config's datasets)."""
+    on the test split of `eval_dataset` (default: the first of the config's datasets).
+
+    Args:
+        config: the reasoning RL run: init checkpoint, prompt datasets, reward modules, sampling, objective, compute.
+        eval_dataset: the dataset whose test split is evaluated before and after (a name, NAME:latest or a URI);
+            empty: the first of the config's datasets.
+        eval_settings: how it is evaluated: prompts, samples per prompt, tokens per answer, seed.
+    """
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "reasoning_rl")
     eval_settings = eval_settings or SampledEvalSettings(seed=config.seed)

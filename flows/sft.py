@@ -29,7 +29,14 @@ def evaluate(store_root: str | None, checkpoint: str, datasets: dict[str, str], 
 @flow(name="sft", log_prints=True)
 def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None,
         eval_settings: EvalSettings | None = None) -> StageResult:
-    """Train, then evaluate before/after (sparse and dense attention) on the held-out splits."""
+    """Train, then evaluate before/after (sparse and dense attention) on the held-out splits.
+
+    Args:
+        config: the SFT run: init checkpoint, datasets, schedule, optimizer, compute and where it runs.
+        datasets_by_suite: the held-out evaluation's datasets by suite (arith, search, calc, ...): a name, NAME:latest
+            or a URI each; empty: no suite is evaluated.
+        eval_settings: how the checkpoints before and after are evaluated (samples per suite, tokens per answer).
+    """
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "sft")
     eval_settings = eval_settings or EvalSettings()

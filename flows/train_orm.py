@@ -22,7 +22,11 @@ def train_reward_model(config: TrainOrmConfig) -> Trained:
 
 @flow(name="train_orm", log_prints=True)
 def train_orm(config: TrainOrmConfig) -> StageResult:
-    """A scalar-head ORM on preference@1 pairs (Bradley–Terry); held-out pairwise accuracy, overall and per domain."""
+    """A scalar-head ORM on preference@1 pairs (Bradley–Terry); held-out pairwise accuracy, overall and per domain.
+
+    Args:
+        config: the ORM run: init checkpoint, preference datasets, optimizer, compute.
+    """
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "train_orm")
     trained = train_reward_model(config)
