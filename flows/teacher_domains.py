@@ -5,6 +5,9 @@ match, and the student is measured alike before and after."""
 from __future__ import annotations
 
 from dataclasses import field, make_dataclass
+from typing import Annotated
+
+from pydantic import Field
 
 from data_contracts.lineage import Lineage
 from flows.stage_table import BY_NAME, TEACHERS
@@ -26,9 +29,12 @@ HEADLINE = {EvalSettings: "format_validity", SampledEvalSettings: "accuracy_samp
 # One field per stage that teaches, named after it: the settings of its stage's evaluation (the pipeline
 # passes the spec's), and what the agentic and general domains are measured with besides.
 DistillEvalSettings = make_dataclass("DistillEvalSettings", [
-    *((name, BY_NAME[name].evaluation, field(default_factory=BY_NAME[name].evaluation)) for name in TEACHERS),
-    ("agentic_tasks", tuple[str, ...], field(default=("calc", "search"))),
-    ("general_rewards", list[RewardSpec], field(default_factory=default_general_rewards)),
+    *((name, Annotated[BY_NAME[name].evaluation, Field(description=f"how {name}'s domain is evaluated")],
+       field(default_factory=BY_NAME[name].evaluation)) for name in TEACHERS),
+    ("agentic_tasks", Annotated[tuple[str, ...], Field(description="the tasks the agentic domain is measured on")],
+     field(default=("calc", "search"))),
+    ("general_rewards", Annotated[list[RewardSpec], Field(description="the reward the general domain is scored with")],
+     field(default_factory=default_general_rewards)),
 ], frozen=True, namespace={"__module__": __name__,
                             "__doc__": "How each teacher's domain is evaluated: with the settings its own stage used."})
 

@@ -49,13 +49,13 @@ class DeepSpeedLaunch(BaseModel):
     """Start the ranks on several hosts with DeepSpeed's launcher over ssh (pdsh)."""
 
     model_config = ConfigDict(extra="forbid", title="DeepSpeed multi-node")
-    kind: Literal["deepspeed"] = "deepspeed"
+    kind: Literal["deepspeed"] = Field("deepspeed", description="several hosts through DeepSpeed's launcher (pdsh or ssh)")
     hosts: list[Host] = Field(default_factory=list, description="The hostfile, one entry per host; empty: the "
                                                                 "nodes of the Slurm allocation this runs in.")
     slots_per_host: int = Field(1, ge=1, description="Ranks per node when the hosts come from a Slurm allocation.")
     master_addr: str | None = Field(None, pattern=HOST_NAME, description="Rendezvous address (a host name or IP); "
                                                                          "default the first host's.")
-    master_port: int = Field(29500, ge=1024, le=65535)
+    master_port: int = Field(29500, ge=1024, le=65535, description="the rendezvous port on the first host")
     ssh_port: int | None = Field(None, ge=1, le=65535, description="ssh port on the hosts; default ssh's own.")
     environment: Environment = Field(default_factory=dict, description="More variables for every rank "
                                      "(e.g. DS_ACCELERATOR=cpu for CPU hosts).")

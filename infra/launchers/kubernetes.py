@@ -79,7 +79,7 @@ class KubernetesLaunch(BaseModel):
     """Run the job's pods on a Kubernetes cluster, as a Kubeflow PyTorchJob or an Indexed Job."""
 
     model_config = ConfigDict(extra="forbid", title="Kubernetes")
-    kind: Literal["kubernetes"] = "kubernetes"
+    kind: Literal["kubernetes"] = Field("kubernetes", description="a Kubernetes Job (or a PyTorchJob for several ranks)")
     manifest: Literal["pytorchjob", "indexed-job"] = Field(
         "pytorchjob", description="A Kubeflow PyTorchJob (needs the training operator) or a plain Indexed Job "
                                   "with a headless Service for the rendezvous.")

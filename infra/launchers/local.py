@@ -18,7 +18,7 @@ class LocalLaunch(BaseModel):
     """Run the job on the machine that runs the flow."""
 
     model_config = ConfigDict(extra="forbid", title="This machine")
-    kind: Literal["local"] = "local"
+    kind: Literal["local"] = Field("local", description="this machine")
     nproc: int = Field(1, ge=1, description="Trainer processes (ranks) on this machine; one per GPU.")
     threads_per_proc: int | None = Field(None, ge=1, description="CPU threads per rank; default the cores shared out.")
 

@@ -39,7 +39,7 @@ class SlurmLaunch(BaseModel):
     """Submit the job with sbatch to the Slurm cluster this machine is a client of (SLURM_CONF)."""
 
     model_config = ConfigDict(extra="forbid", title="Slurm")
-    kind: Literal["slurm"] = "slurm"
+    kind: Literal["slurm"] = Field("slurm", description="a Slurm job (sbatch)")
     nodes: int = Field(1, ge=1, description="Nodes; one launcher per node.")
     gpus_per_node: int = Field(0, ge=0, description="GPUs per node (--gpus-per-node); 0 for CPU nodes.")
     processes_per_node: int | None = Field(None, ge=1, description="Ranks per node; default one per GPU (1 without).")

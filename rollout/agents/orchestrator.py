@@ -41,7 +41,7 @@ class EpisodeSettings:
     """How long an agent episode may run, and how its context is managed as it grows (a validated
     dataclass: stage configs nest it, evaluations record it with `asdict`)."""
 
-    max_turns: int = Field(6, ge=1)
+    max_turns: int = Field(6, ge=1, description="model turns per episode, at most")
     max_context: int = Field(1024, ge=64, description="tokens; an episode that outgrows it is truncated")
     keep_recent: int = Field(5, ge=0, description="keep-recent-k: tool results older than k rounds become a placeholder")
     discard_above: int = Field(900, ge=64, description="discard-all: past this many tokens the tool history is dropped")

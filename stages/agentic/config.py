@@ -19,7 +19,7 @@ from stages.common.config import (
     SamplingSettings,
     StageIO,
 )
-from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, Seed
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, Seed, nested
 
 
 class AgenticRecipe(BaseModel):
@@ -30,13 +30,13 @@ class AgenticRecipe(BaseModel):
                                     description="each task's share of the rollout groups (a task name or dotted path)")
     concurrency: dict[str, int] = Field(default_factory=dict, description="rollouts at once per task (default 64)")
     group_size: int = Field(4, ge=2, description="G: rollouts per prompt")
-    groups_per_step: int = Field(4, ge=1)
-    max_steps: int = Field(20, ge=1)
-    optimizer: OptimizerSettings = OptimizerSettings(lr=5e-5, warmup_steps=2)
-    compute: ComputeSettings = ComputeSettings()
-    sampling: SamplingSettings = SamplingSettings()
-    episode: EpisodeSettings = EpisodeSettings()
-    objective: ImportanceSettings = ImportanceSettings()
+    groups_per_step: int = Field(4, ge=1, description="groups of episodes per optimizer step")
+    max_steps: int = Field(20, ge=1, description="optimizer steps")
+    optimizer: OptimizerSettings = nested(OptimizerSettings(lr=5e-5, warmup_steps=2))
+    compute: ComputeSettings = nested(ComputeSettings())
+    sampling: SamplingSettings = nested(SamplingSettings())
+    episode: EpisodeSettings = nested(EpisodeSettings())
+    objective: ImportanceSettings = nested(ImportanceSettings())
     push_every: int = Field(1, ge=1, description="K: optimizer steps between weight pushes to the engines")
     reset_optimizer_on_push: bool = Field(True, description="zero AdamW's moments after each push (SPEC); with "
                                                             "push_every 1 every step is then AdamW's first, "
@@ -44,16 +44,16 @@ class AgenticRecipe(BaseModel):
     partial_credit_weight: float = Field(0.0, ge=0, description=(
         "trained reward = success + this × the task's partial credit, for tasks that grade progress "
         "(calc: the share of worked steps its calculator calls made); evaluation counts success only"))
-    dynamic_sampling: DynamicSamplingSettings = DynamicSamplingSettings()
-    difficulty: DifficultySettings = DifficultySettings()
+    dynamic_sampling: DynamicSamplingSettings = nested(DynamicSamplingSettings())
+    difficulty: DifficultySettings = nested(DifficultySettings())
     staleness_tau: int = Field(2, ge=0, description="τ: drop samples whose oldest weights are more than τ versions old")
     mode: Literal["async", "sync"] = Field("async", description="sync waits for every rollout of a batch before training")
     max_in_flight_groups: int = Field(16, ge=1, description="how far generation runs ahead of training (async)")
-    engines: EngineSettings = EngineSettings(replicas=2)
+    engines: EngineSettings = nested(EngineSettings(replicas=2))
     env_latency_median_s: float | None = Field(None, gt=0, description="add a lognormal delay to every env step")
-    env_latency_sigma: float = Field(1.0, ge=0)
-    checkpoint_every: int = Field(10, ge=1)
-    record: RolloutRecordSettings = RolloutRecordSettings()
+    env_latency_sigma: float = Field(1.0, ge=0, description="that delay's spread (the lognormal's sigma)")
+    checkpoint_every: int = Field(10, ge=1, description="commit resume state every this many steps")
+    record: RolloutRecordSettings = nested(RolloutRecordSettings())
 
     _stage_defaults = STAGE_DEFAULTS
     _warmup_within_steps = WARMUP_WITHIN_STEPS

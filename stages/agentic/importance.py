@@ -12,5 +12,5 @@ class ImportanceSettings(BaseModel):
     """The band a token's ratio r_t must stay inside to be trained on: (1 − ε_l, 1 + ε_h)."""
 
     model_config = STRICT
-    eps_low: float = Field(0.2, ge=0)
-    eps_high: float = Field(0.28, ge=0)
+    eps_low: float = Field(0.2, ge=0, description="ε_l: a token whose ratio is at or below 1 − ε_l is not trained on")
+    eps_high: float = Field(0.28, ge=0, description="ε_h: nor one at or above 1 + ε_h")

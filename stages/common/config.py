@@ -21,7 +21,7 @@ from infra.launchers import LaunchSettings, LocalLaunch
 from infra.store import StoreRoot
 from model.precision import Precision
 from rollout.protocol import SamplingParams
-from stages.common.recipe import STRICT, Seed
+from stages.common.recipe import STRICT, Seed, nested
 
 
 class Provenance(BaseModel):
@@ -48,7 +48,7 @@ class StageIO(BaseModel):
     datasets: list[str] = Field(..., min_length=1, description="Committed datasets (train/test splits): NAME:latest "
                                                                "(e.g. arith:latest), names inside the store, or URIs.")
     output_name: str = Field("", description="Artifact name of the final checkpoint; default checkpoints/STAGE/RUN_ID.")
-    seed: Seed = 0
+    seed: Seed = Field(0, description="seeds data order, sampling and initialisation: the same seed, the same run")
     launch: LaunchSettings = Field(default_factory=LocalLaunch, description=(
         "Where the job runs: this machine, a Slurm cluster, several hosts through DeepSpeed's launcher, or "
         "Kubernetes. The trainer and its results are the same everywhere."))
@@ -94,7 +94,7 @@ class OptimizerSettings(BaseModel):
     model_config = STRICT
     lr: float = Field(5e-5, gt=0, le=1, description="peak learning rate (above 1 AdamW only diverges)")
     warmup_steps: int = Field(5, ge=0, description="linear warm-up, in optimizer steps (at most max_steps)")
-    weight_decay: float = Field(0.0, ge=0, le=1)
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW's decoupled weight decay")
     grad_clip: float = Field(1.0, gt=0, description="gradient norm clipping")
     nonfinite_skips: int = Field(0, ge=0, description="steps with a non-finite loss skipped (no update) before "
                                                       "the stage stops with an error; 0 stops at the first")
@@ -132,7 +132,7 @@ class ComputeSettings(BaseModel):
                                 "gradients (global batch = micro × accumulation × ranks); default: the whole share")
     activation_checkpointing: bool = Field(False, description="recompute each layer's activations in backward")
     offload_optimizer: bool = Field(False, description="keep optimizer state in CPU memory (ZeRO stage 1 or more)")
-    lora: LoraSettings = LoraSettings()
+    lora: LoraSettings = nested(LoraSettings())
 
 
 class SamplingSettings(BaseModel):
@@ -140,7 +140,7 @@ class SamplingSettings(BaseModel):
 
     model_config = STRICT
     temperature: float = Field(1.0, ge=0.01, le=10, description="the trainer divides logits by it: at least 0.01")
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: the smallest set of tokens holding this much probability")
     max_new_tokens: int = Field(64, ge=1, description="per response (per turn in agent episodes)")
 
     def params(self) -> SamplingParams:

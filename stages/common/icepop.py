@@ -13,5 +13,5 @@ class IcePopSettings(BaseModel):
 
     model_config = STRICT
     beta: float = Field(2.0, gt=1, description="IcePop band: 1/β ≤ π_train/π_infer ≤ β")
-    eps_low: float = Field(0.2, ge=0)
-    eps_high: float = Field(0.28, ge=0)
+    eps_low: float = Field(0.2, ge=0, description="PPO clip below: the ratio is clipped at 1 − eps_low")
+    eps_high: float = Field(0.28, ge=0, description="PPO clip above (clip-higher): at 1 + eps_high")

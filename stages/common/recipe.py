@@ -40,5 +40,12 @@ def check_warmup(recipe):
     return recipe
 
 
+def nested(default: BaseModel, description: str | None = None):
+    """A field holding a settings model, with its default; the UI's form describes it by `description`, else by
+    the first sentence of the settings class's docstring."""
+    sentence = " ".join((type(default).__doc__ or "").split()).split(". ")[0].rstrip(".")
+    return Field(default, description=description or sentence)
+
+
 STAGE_DEFAULTS = model_validator(mode="before")(classmethod(fill_stage_defaults))
 WARMUP_WITHIN_STEPS = model_validator(mode="after")(check_warmup)

@@ -18,7 +18,7 @@ from stages.common.config import (
     StageIO,
 )
 from stages.common.icepop import IcePopSettings
-from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, nested
 
 
 class TeacherSpec(BaseModel):
@@ -29,7 +29,7 @@ class TeacherSpec(BaseModel):
     # to the trainer a source only names the teacher, its prompts, its engine's log and its metrics.
     source: str = Field(..., pattern=r"^[a-z][a-z0-9_]*$", description=(
         "The stage whose final checkpoint this is, e.g. sft or reasoning_rl: a stage that teaches."))
-    checkpoint: str = Field(..., min_length=1)
+    checkpoint: str = Field(..., min_length=1, description="the teacher: STAGE:latest, a name in the store or a URI")
     datasets: list[str] = Field(..., min_length=1, description="chat@1 or prompt@1 datasets whose train prompts it scores")
     engines: EngineSettings = Field(EngineSettings(), description=(
         "the engines scoring with this teacher: started in the job on its checkpoint, or running ones made to serve it"))
@@ -49,15 +49,15 @@ class DistillRecipe(BaseModel):
 
     model_config = STRICT
     prompts_per_step: int = Field(24, ge=1, description="split over the teachers by their shares")
-    max_steps: int = Field(20, ge=1)
-    optimizer: OptimizerSettings = OptimizerSettings(lr=2e-5, warmup_steps=2)
-    compute: ComputeSettings = ComputeSettings()
-    sampling: SamplingSettings = SamplingSettings()
-    objective: IcePopSettings = IcePopSettings()
+    max_steps: int = Field(20, ge=1, description="optimizer steps")
+    optimizer: OptimizerSettings = nested(OptimizerSettings(lr=2e-5, warmup_steps=2))
+    compute: ComputeSettings = nested(ComputeSettings())
+    sampling: SamplingSettings = nested(SamplingSettings())
+    objective: IcePopSettings = nested(IcePopSettings())
     episode: EpisodeSettings = Field(EpisodeSettings(), description="turns and context management of the agent episodes")
-    engines: EngineSettings = EngineSettings()
-    checkpoint_every: int = Field(20, ge=1)
-    record: RolloutRecordSettings = RolloutRecordSettings()
+    engines: EngineSettings = nested(EngineSettings())
+    checkpoint_every: int = Field(20, ge=1, description="commit resume state every this many steps")
+    record: RolloutRecordSettings = nested(RolloutRecordSettings())
 
     _stage_defaults = STAGE_DEFAULTS
     _warmup_within_steps = WARMUP_WITHIN_STEPS
@@ -71,7 +71,7 @@ class DistillConfig(DistillRecipe, StageIO):
     entry_module: ClassVar[str] = "stages.distill.train"
     dataset_contract = CHAT_V1  # and prompt@1 (accepts_contract): general RL's prompts are prompt@1
 
-    teachers: list[TeacherSpec] = Field(..., min_length=1)
+    teachers: list[TeacherSpec] = Field(..., min_length=1, description="the checkpoints distilled into the student, each with its prompts")
     datasets: list[str] = Field(default_factory=list, description="Filled from the teachers' datasets.")
     data_seed: int = Field(0, description="the seed the suites were generated with (rebuilds search graphs)")
 

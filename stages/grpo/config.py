@@ -20,16 +20,16 @@ from stages.common.config import (
     StageIO,
 )
 from stages.common.icepop import IcePopSettings
-from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, nested
 
 
 class RewardSpec(BaseModel):
     """A reward module by dotted path (`package.module.Name` or `package.module:Name`) and its weight."""
 
     model_config = STRICT
-    path: str = Field(..., min_length=1)
-    weight: float = 1.0
-    params: dict = Field(default_factory=dict)
+    path: str = Field(..., min_length=1, description="the reward module: package.module.Name or package.module:Name")
+    weight: float = Field(1.0, description="its score's weight in the reward (the weighted sum)")
+    params: dict = Field(default_factory=dict, description="keyword arguments the module is constructed with")
 
     @model_validator(mode="after")
     def _a_reward_module_that_takes_these_params(self):
@@ -48,7 +48,7 @@ class AnchorSettings(BaseModel):
     (stages/grpo/anchors.py); general RL's prompts carry such replies."""
 
     model_config = STRICT
-    enabled: bool = False
+    enabled: bool = Field(False, description="reference replies join their groups")
     min_weight: float = Field(0.05, gt=0, le=1, description="the floor of an anchor member's importance weight")
 
 
@@ -57,16 +57,16 @@ class GrpoRecipe(BaseModel):
     from the engine, one optimizer step on the Eq. 1 objective, push the weights back."""
 
     model_config = STRICT
-    prompts_per_step: int = Field(8, ge=1)
+    prompts_per_step: int = Field(8, ge=1, description="prompts per optimizer step (each sampled group_size times)")
     group_size: int = Field(8, ge=2, description="G: responses per prompt")
     oversample: int = Field(1, ge=1, description="each draw takes this many times the prompts still missing")
-    dynamic_sampling: DynamicSamplingSettings = DynamicSamplingSettings()
-    difficulty: DifficultySettings = DifficultySettings()
-    max_steps: int = Field(40, ge=1)
-    optimizer: OptimizerSettings = OptimizerSettings(lr=5e-5, warmup_steps=5)
-    compute: ComputeSettings = ComputeSettings()
-    sampling: SamplingSettings = SamplingSettings()
-    objective: IcePopSettings = IcePopSettings()
+    dynamic_sampling: DynamicSamplingSettings = nested(DynamicSamplingSettings())
+    difficulty: DifficultySettings = nested(DifficultySettings())
+    max_steps: int = Field(40, ge=1, description="optimizer steps")
+    optimizer: OptimizerSettings = nested(OptimizerSettings(lr=5e-5, warmup_steps=5))
+    compute: ComputeSettings = nested(ComputeSettings())
+    sampling: SamplingSettings = nested(SamplingSettings())
+    objective: IcePopSettings = nested(IcePopSettings())
     rewards: list[RewardSpec] = Field(default_factory=list, description="default: the stage's own rewards")
 
     @field_validator("rewards", mode="before")
@@ -83,12 +83,12 @@ class GrpoRecipe(BaseModel):
                     raise ValueError(f"rewards[{index}].{'params' if 'params' in str(error) else 'path'}: "
                                      f"{error}") from None
         return specs
-    reward_timeout_s: float = Field(60.0, gt=0)
+    reward_timeout_s: float = Field(60.0, gt=0, description="seconds a reward module may take on a group")
     frozen: list[str] = Field(default_factory=list, description="globs of parameter names RL leaves as they are, "
                                                                  "e.g. '*.mlp.gate.weight' (the MoE routers)")
-    engines: EngineSettings = EngineSettings()
-    checkpoint_every: int = Field(20, ge=1)
-    record: RolloutRecordSettings = RolloutRecordSettings()
+    engines: EngineSettings = nested(EngineSettings())
+    checkpoint_every: int = Field(20, ge=1, description="commit resume state every this many steps")
+    record: RolloutRecordSettings = nested(RolloutRecordSettings())
 
     _stage_defaults = STAGE_DEFAULTS
     _warmup_within_steps = WARMUP_WITHIN_STEPS
@@ -146,7 +146,7 @@ class GeneralRlConfig(GrpoRecipe, StageIO):
     rewards: list[RewardSpec] = Field([RewardSpec(path="rewards.mix.MixedReward", params=DEFAULT_MIX)],
                                       description="reward modules by dotted path, their weights and parameters")
 
-    anchors: AnchorSettings = AnchorSettings()
+    anchors: AnchorSettings = nested(AnchorSettings())
 
     @model_validator(mode="after")
     def _default_rewards(self):

@@ -8,17 +8,17 @@ from pydantic import BaseModel, Field, model_validator
 
 from data_contracts import PREFERENCE_V1
 from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings, StageIO
-from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, nested
 
 
 class OrmRecipe(BaseModel):
     """What a person or a preset tunes in ORM training."""
 
     model_config = STRICT
-    max_steps: int = Field(200, ge=1)
+    max_steps: int = Field(200, ge=1, description="optimizer steps")
     global_batch_size: int = Field(32, ge=1, description="preference pairs per optimizer step")
-    optimizer: OptimizerSettings = OptimizerSettings(lr=3e-4, warmup_steps=10)
-    compute: ComputeSettings = ComputeSettings()
+    optimizer: OptimizerSettings = nested(OptimizerSettings(lr=3e-4, warmup_steps=10))
+    compute: ComputeSettings = nested(ComputeSettings())
     max_seq_len: int = Field(512, ge=16, description="pairs with a longer side are dropped (and counted)")
     heldout: HeldoutSettings = Field(HeldoutSettings(every=50, batch_size=64),
                                      description="held-out pairwise accuracy while training")

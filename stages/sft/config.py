@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal, get_args
 from pydantic import BaseModel, Field, WithJsonSchema, model_validator
 
 from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings, StageIO
-from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS
+from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, nested
 
 ThinkingMode = Literal["interleaved", "preserved", "off"]
 # A share per thinking mode; a form shows one number field per mode (a mode left out gets no share).
@@ -28,10 +28,10 @@ class DsaSchedule(BaseModel):
     """
 
     model_config = STRICT
-    dense_steps: int = Field(200, ge=0)
-    indexer_warmup_steps: int = Field(40, ge=0)
-    indexer_lr: float = Field(3e-3, gt=0, le=1)
-    indexer_loss_weight: float = Field(1.0, ge=0)
+    dense_steps: int = Field(200, ge=0, description="steps of dense attention before DSA is switched on")
+    indexer_warmup_steps: int = Field(40, ge=0, description="then steps training the indexer alone on its KL loss")
+    indexer_lr: float = Field(3e-3, gt=0, le=1, description="the indexer's learning rate in its warm-up")
+    indexer_loss_weight: float = Field(1.0, ge=0, description="the indexer's KL loss weight beside the LM loss")
 
 
 class SftRecipe(BaseModel):
@@ -41,15 +41,15 @@ class SftRecipe(BaseModel):
     thinking_mix: ThinkingMix = Field(
         {"interleaved": 0.6, "preserved": 0.2, "off": 0.2},
         description="the share of training conversations rendered in each thinking mode (sums to 1)")
-    max_seq_len: int = Field(512, ge=16)
-    global_batch_size: int = Field(32, ge=1)
-    max_steps: int = Field(600, ge=1)
-    optimizer: OptimizerSettings = OptimizerSettings(lr=3e-3, warmup_steps=30)
-    compute: ComputeSettings = ComputeSettings()
+    max_seq_len: int = Field(512, ge=16, description="tokens per sample; longer samples are dropped (and counted)")
+    global_batch_size: int = Field(32, ge=1, description="samples per optimizer step over every rank")
+    max_steps: int = Field(600, ge=1, description="optimizer steps")
+    optimizer: OptimizerSettings = nested(OptimizerSettings(lr=3e-3, warmup_steps=30))
+    compute: ComputeSettings = nested(ComputeSettings())
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine decay to this share of the peak lr")
     heldout: HeldoutSettings = Field(HeldoutSettings(every=100, samples=128), description="held-out loss while training")
     checkpoint_every: int = Field(100, ge=1, description="Commit resume state every this many steps.")
-    dsa: DsaSchedule = DsaSchedule()
+    dsa: DsaSchedule = nested(DsaSchedule())
 
     _stage_defaults = STAGE_DEFAULTS
     _warmup_within_steps = WARMUP_WITHIN_STEPS
