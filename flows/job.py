@@ -11,6 +11,7 @@ from pathlib import Path
 from prefect import get_client, get_run_logger, runtime
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
+from flows import cancelled_logs
 from flows.results import Trained
 from flows.tracking import PROJECT, wandb_run_id
 from infra.launch import StageFailed, run_stage_job
@@ -142,8 +143,10 @@ def train_stage(config: StageIO) -> Trained:
 
 def with_flow_provenance(config: StageIO) -> StageIO:
     """The config with the running flow (and its deployment) and the stage's wandb run recorded as its
-    provenance, for lineage; the flow run takes the stage's run_id as its name."""
+    provenance, for lineage; the flow run takes the stage's run_id as its name, and a cancel reads as one in
+    its log (flows/cancelled_logs.py)."""
     name_flow_run(config.run_id)
+    cancelled_logs.install()
     return config.model_copy(update={"provenance": config.provenance.model_copy(update={
         "flow_run_id": str(runtime.flow_run.id), "deployment_id": runtime.deployment.id,
         "flow_name": runtime.flow_run.flow_name,

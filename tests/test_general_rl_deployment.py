@@ -140,3 +140,39 @@ def test_a_misspelled_reward_path_fails_before_any_task_naming_its_field(served,
     tasks = _retrying_503(lambda: requests.post(f"{api}/task_runs/filter", timeout=10, auth=AUTH,
                                                 json={"flow_runs": {"id": {"any_": [run_id]}}})).json()
     assert tasks == []  # no input check, engine or job was started
+
+
+def test_a_run_cancelled_from_the_ui_ends_cancelled_and_says_so(served, small_store):
+    api, deployment = served
+    with tempfile.TemporaryDirectory() as workdir:
+        publish_prompts(open_store(small_store["root"]), "instruct", SuiteSizes(40, 8), 0, Path(workdir), "tests")
+    config = {"run_id": "general-cancelled", "store": small_store["root"], "init_checkpoint": "init:latest",
+              "datasets": ["instruct-prompts:latest"], "group_size": 2, "prompts_per_step": 2, "max_steps": 10_000,
+              "sampling": {"max_new_tokens": 12}, "optimizer": {"warmup_steps": 1},
+              "rewards": [{"path": f"{__name__}.Brevity", "weight": 1.0}]}
+    run = {"parameters": {"config": config, "eval_settings": {"prompts_per_dataset": 4, "max_new_tokens": 12}}}
+    created = _retrying_503(lambda: requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30,
+                                                  json=run, auth=AUTH))
+    run_id = created.json()["id"]
+    deadline = time.monotonic() + 300
+    while not any("general_rl step" in line for line in _logs(api, run_id)):  # training: a job and engines to stop
+        state = _retrying_503(lambda: requests.get(f"{api}/flow_runs/{run_id}", timeout=10, auth=AUTH)).json()["state"]
+        assert time.monotonic() < deadline and state["type"] in ("SCHEDULED", "PENDING", "RUNNING"), \
+            (state, _logs(api, run_id)[-20:])
+        time.sleep(2)
+    # What the UI's Cancel button does.
+    cancelled = _retrying_503(lambda: requests.post(f"{api}/flow_runs/{run_id}/set_state", timeout=10, auth=AUTH,
+                                                    json={"state": {"type": "CANCELLING"}, "force": True}))
+    assert cancelled.status_code in (200, 201), cancelled.text
+    state = _finished_state(api, run_id)
+    time.sleep(3)  # the run's last log lines
+    lines = _logs(api, run_id)
+    assert state["type"] == "CANCELLED", (state, lines[-20:])
+    assert not any("Crash detected" in line or "Finished in state Running" in line for line in lines), "\n".join(lines[-25:])
+    assert "Flow run was cancelled." in lines and "Finished in state Cancelled()" in lines, lines[-5:]
+
+
+def _logs(api: str, run_id: str) -> list[str]:
+    found = _retrying_503(lambda: requests.post(f"{api}/logs/filter", timeout=10, auth=AUTH, json={
+        "logs": {"flow_run_id": {"any_": [run_id]}}, "sort": "TIMESTAMP_ASC", "limit": 200}))
+    return [entry["message"] for entry in found.json()]
