@@ -15,6 +15,7 @@ from flows.params import PipelineParams
 from posttrain.data_cli import data_app
 from posttrain.model_options import model_options
 from posttrain.rewards_cli import rewards_app
+from posttrain.runs_cli import runs_app
 from posttrain.spec_cli import spec_app
 from posttrain.store_option import store_option
 
@@ -27,6 +28,7 @@ app = typer.Typer(help="GLM-5-style post-training pipeline.", no_args_is_help=Tr
 app.add_typer(rewards_app, name="rewards")
 app.add_typer(data_app, name="data")
 app.add_typer(spec_app, name="spec")
+app.add_typer(runs_app, name="runs")
 console = Console()
 
 
