@@ -12,6 +12,7 @@ from prefect import get_client, get_run_logger, runtime
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
 from flows import cancelled_logs
+from flows.curves import publish_curves
 from flows.results import Trained
 from flows.tracking import PROJECT, wandb_run_id
 from infra.launch import StageFailed, run_stage_job
@@ -36,6 +37,11 @@ def progress_line(stage: str, step: int, total: int, started: tuple[float, int],
     return f"{stage}: step {step}/{total}, {rate:.2f} steps/s, about {left} left"
 
 
+# The curves artifact is a new version each time: every 5% of the steps (and at the first and the end) keeps
+# the UI current without an API call and a database write per step.
+CURVE_EVERY_PERCENT = 5
+
+
 class JobProgress:
     """Forwards each job line to the run log and folds progress events into one progress artifact."""
 
@@ -44,7 +50,7 @@ class JobProgress:
         self.logger = get_run_logger()
         self.artifact_id = create_progress_artifact(progress=0.0, description=f"{stage}: training progress")
         self.history: list[dict] = []
-        self.percent_shown = 0
+        self.percent_shown = self.percent_curved = 0
         self.final: dict | None = None
         self.error: str | None = None  # the first error a rank reported
         self.started: tuple[float, int] | None = None  # (when, step) of the first step seen: the rate's origin
@@ -66,6 +72,9 @@ class JobProgress:
                 self.percent_shown = percent
                 update_progress_artifact(self.artifact_id, progress=float(percent), description=progress_line(
                     self.stage, event["step"], event["total"], self.started, time.monotonic()))
+            if percent >= self.percent_curved + CURVE_EVERY_PERCENT or first:
+                self.percent_curved = percent
+                publish_curves(self.stage, self.history, event["total"])
             if first or event["step"] % 10 == 0 or "heldout_loss" in event:
                 self.logger.info(
                     f"{self.stage} step {event['step']}/{event['total']} "
@@ -83,6 +92,7 @@ class JobProgress:
         if kind == "done":
             self.final = event
             update_progress_artifact(self.artifact_id, progress=100.0)
+            publish_curves(self.stage, self.history, None)
 
 
     def show_samples(self, event: dict) -> None:

@@ -118,6 +118,11 @@ def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(ser
     # Listed in the UI by the run_id typed into the form, not by Prefect's random words.
     run = _retrying_503(lambda: requests.get(f"{api}/flow_runs/{created.json()['id']}", timeout=10, auth=AUTH)).json()
     assert run["name"] == config["run_id"]
+    # Its page carries the learning curves, last updated when training ended.
+    artifacts = _retrying_503(lambda: requests.post(f"{api}/artifacts/filter", timeout=10, auth=AUTH, json={
+        "artifacts": {"flow_run_id": {"any_": [created.json()["id"]]}, "key": {"any_": ["general-rl-curves"]}},
+        "sort": "CREATED_DESC"})).json()
+    assert artifacts and "| loss | `" in artifacts[0]["data"] and "steps 1–2" in artifacts[0]["data"]
 
     lineage = store.open(f"checkpoints/general_rl/{config['run_id']}").lineage()
     (module,) = lineage["reward_modules"]
