@@ -24,4 +24,5 @@ def readable(tokenizer, ids: list[int]) -> str:
         role = ROLE_NAMES.get(match.group(0))
         return f"\n{role}: " if role else ""
 
-    return _CONTROL.sub(shown, text).strip()
+    # A completion of control tokens alone (an untrained model's bare stop token) is shown as it is, not as nothing.
+    return _CONTROL.sub(shown, text).strip() or text

@@ -34,13 +34,13 @@ class Brevity:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, small_store):
     """`posttrain ui`, as a training lead starts it: a real Prefect server on 127.0.0.1 with the UI, and
     the deployments executing the runs created for them."""
     workdir = tmp_path_factory.mktemp("served")
     port = free_port("127.0.0.1")
     api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "POSTTRAIN_WORKDIR": str(workdir / "work"),
+    env = {**os.environ, "POSTTRAIN_WORKDIR": str(workdir / "work"), "POSTTRAIN_STORE": small_store["root"],
            "PYTHONPATH": str(REPO)}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_HOME", None)  # `posttrain ui` keeps its database under the working directory
@@ -131,6 +131,28 @@ def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(ser
     assert lineage["parents"][0]["uri"] == sft.uri and [i["uri"] for i in lineage["inputs"] if i["role"] == "data"] == [prompts.uri]
 
 
+def test_the_forms_offer_the_checkpoints_and_datasets_the_store_holds_as_commits_land(served):
+    api, deployment = served
+    deadline = time.monotonic() + 90  # the forms are rewritten within 15 s of a commit
+
+    def pickers() -> tuple[dict, dict]:
+        schema = _retrying_503(lambda: requests.get(f"{api}/deployments/{deployment}", timeout=10,
+                                                    auth=AUTH)).json()["parameter_openapi_schema"]
+        fields = schema["definitions"]["GeneralRlConfig"]["properties"]
+        return fields["init_checkpoint"], fields["datasets"]
+
+    while True:
+        checkpoint, datasets = pickers()
+        offered = checkpoint.get("anyOf", [{}])[0].get("enum", [])
+        if {"sft:latest", "general_rl:latest"} <= set(offered) or time.monotonic() > deadline:  # the first test's
+            break
+        time.sleep(2)
+    assert {"init:latest", "sft:latest", "checkpoints/sft/sft-for-the-form", "general_rl:latest"} <= set(offered)
+    assert checkpoint["anyOf"][1] == {"title": "a URI or name", "type": "string", "minLength": 1}  # free text stays
+    assert "In the store: " in checkpoint["description"] and "sft:latest: sft, " in checkpoint["description"]
+    assert "instruct-prompts:latest" in datasets["items"]["anyOf"][0]["enum"]
+
+
 def test_a_misspelled_reward_path_fails_before_any_task_naming_its_field(served, small_store):
     api, deployment = served
     config = {"store": small_store["root"], "init_checkpoint": "init:latest", "datasets": ["instruct-prompts:latest"],
@@ -151,7 +173,8 @@ def test_a_run_cancelled_from_the_ui_ends_cancelled_and_says_so(served, small_st
     api, deployment = served
     with tempfile.TemporaryDirectory() as workdir:
         publish_prompts(open_store(small_store["root"]), "instruct", SuiteSizes(40, 8), 0, Path(workdir), "tests")
-    config = {"run_id": "general-cancelled", "store": small_store["root"], "init_checkpoint": "init:latest",
+    # Its own init: init:latest is whichever initial checkpoint other tests committed last (one has NaN weights).
+    config = {"run_id": "general-cancelled", "store": small_store["root"], "init_checkpoint": small_store["init"],
               "datasets": ["instruct-prompts:latest"], "group_size": 2, "prompts_per_step": 2, "max_steps": 10_000,
               "sampling": {"max_new_tokens": 12}, "optimizer": {"warmup_steps": 1},
               "rewards": [{"path": f"{__name__}.Brevity", "weight": 1.0}]}
@@ -163,7 +186,7 @@ def test_a_run_cancelled_from_the_ui_ends_cancelled_and_says_so(served, small_st
     while not any("general_rl step" in line for line in _logs(api, run_id)):  # training: a job and engines to stop
         state = _retrying_503(lambda: requests.get(f"{api}/flow_runs/{run_id}", timeout=10, auth=AUTH)).json()["state"]
         assert time.monotonic() < deadline and state["type"] in ("SCHEDULED", "PENDING", "RUNNING"), \
-            (state, _logs(api, run_id)[-20:])
+            (state.get("message"), _logs(api, run_id)[-20:])
         time.sleep(2)
     # What the UI's Cancel button does.
     cancelled = _retrying_503(lambda: requests.post(f"{api}/flow_runs/{run_id}/set_state", timeout=10, auth=AUTH,

@@ -24,3 +24,8 @@ def test_the_best_and_worst_of_each_group_in_turn():
         [("a", 0.0), ("a", 1.0), ("a", 0.5), ("b", 1.0), ("b", 1.0), ("c", 0.2), ("c", None)])]
     assert [row["n"] for row in best_and_worst(rows, 10)] == [1, 0, 3, 5, 6]
     assert [row["n"] for row in best_and_worst(rows, 3)] == [1, 0, 3]
+
+
+def test_a_completion_of_a_stop_token_alone_is_shown_as_it_is(tokenizer):  # noqa: F811
+    ids = tokenizer.convert_tokens_to_ids(["<|endoftext|>"])
+    assert readable(tokenizer, ids) == "<|endoftext|>"

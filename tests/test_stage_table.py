@@ -25,7 +25,8 @@ def test_the_spec_the_options_and_distillation_follow_the_table():
     assert typing.get_args(PipelineParams.model_fields["from_stage"].annotation)[0] == typing.Literal[STEPS]
     assert "orm" not in STEPS and "sft" in TEACHERS  # the ORM runs in general RL's step; SFT teaches (GLM-5)
     # Every teacher's domain can be measured and judged: its stage's evaluation settings, and a headline.
-    domains = {name: field.type for name, field in DistillEvalSettings.__dataclass_fields__.items() if name in TEACHERS}
+    domains = {name: typing.get_args(field.type)[0] for name, field in DistillEvalSettings.__dataclass_fields__.items()
+               if name in TEACHERS}  # Annotated[settings, its description in the form]
     assert domains == {stage.name: stage.evaluation for stage in STAGES if stage.teaches}
     assert all(evaluation in HEADLINE for evaluation in domains.values())
 
