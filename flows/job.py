@@ -11,7 +11,7 @@ from pathlib import Path
 from prefect import get_client, get_run_logger, runtime
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
-from flows import cancelled_logs
+from flows import run_logs
 from flows.curves import publish_curves
 from flows.results import Trained
 from flows.tracking import PROJECT, wandb_run_id
@@ -36,6 +36,9 @@ def progress_line(stage: str, step: int, total: int, started: tuple[float, int],
     left = f"{left_s / 60:.0f} min" if left_s >= 90 else f"{left_s:.0f} s"
     return f"{stage}: step {step}/{total}, {rate:.2f} steps/s, about {left} left"
 
+
+# Installed as the flows are imported: a run whose parameters are invalid ends before any flow code runs.
+run_logs.install()
 
 # The curves artifact is a new version each time: every 5% of the steps (and at the first and the end) keeps
 # the UI current without an API call and a database write per step.
@@ -154,9 +157,8 @@ def train_stage(config: StageIO) -> Trained:
 def with_flow_provenance(config: StageIO) -> StageIO:
     """The config with the running flow (and its deployment) and the stage's wandb run recorded as its
     provenance, for lineage; the flow run takes the stage's run_id as its name, and a cancel reads as one in
-    its log (flows/cancelled_logs.py)."""
+    its log (flows/run_logs.py)."""
     name_flow_run(config.run_id)
-    cancelled_logs.install()
     return config.model_copy(update={"provenance": config.provenance.model_copy(update={
         "flow_run_id": str(runtime.flow_run.id), "deployment_id": runtime.deployment.id,
         "flow_name": runtime.flow_run.flow_name,

@@ -22,7 +22,6 @@ from urllib.parse import unquote, urlsplit
 
 from prefect import flow
 
-from flows import cancelled_logs
 from flows.cards import PipelineProgress, publish_pipeline_summary
 from flows.job import name_flow_run
 from flows.params import PipelineParams
@@ -95,7 +94,6 @@ def pipeline(params: PipelineParams) -> dict:
     # The random tail keeps two runs started in one second (two pipelines on one store) apart.
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{name}-s{spec.seed}-{secrets.token_hex(2)}"
     name_flow_run(run_id)
-    cancelled_logs.install()
     prepared = prepare_data(spec, base)
     run = PipelineRun(spec, prepared, starting_outputs(params, spec, prepared), stage_evals(spec))
     notes = model_notes(open_store(spec.store), run.outputs["init"])

@@ -167,6 +167,12 @@ def test_a_misspelled_reward_path_fails_before_any_task_naming_its_field(served,
     tasks = _retrying_503(lambda: requests.post(f"{api}/task_runs/filter", timeout=10, auth=AUTH,
                                                 json={"flow_runs": {"id": {"any_": [run_id]}}})).json()
     assert tasks == []  # no input check, engine or job was started
+    # Its page's log says so in one line, without the engine's traceback.
+    time.sleep(3)  # the run's last log lines
+    lines = _logs(api, run_id)
+    assert any("Flow run received invalid parameters: config.rewards" in line and "ArithExactMatc" in line
+               for line in lines), lines
+    assert not any("Traceback" in line for line in lines), lines
 
 
 def test_a_run_cancelled_from_the_ui_ends_cancelled_and_says_so(served, small_store):
