@@ -101,9 +101,13 @@ def main() -> None:
                 print(args.out / f"{name}.png", flush=True)
             page.goto(pages["form"])
             page.wait_for_timeout(4000)
-            # A native select's open list is not in a screenshot: its options are printed instead.
-            print("the init checkpoint picker offers:", page.locator("select").first.locator("option").all_inner_texts(),
-                  flush=True)
+            # The init checkpoint's picker, opened (the UI's own select: a button whose list opens from the keyboard).
+            picker = page.locator(".schema-form-property", has_text="Init Checkpoint").last.locator(".p-select").first
+            picker.click()
+            page.keyboard.press("ArrowDown")
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(args.out / "form-picker-open.png"))
+            print("the init checkpoint picker offers:", page.locator("[role=option]").all_inner_texts(), flush=True)
             browser.close()
     finally:
         ui.send_signal(2)  # as Ctrl-C: posttrain ui stops its server and deployments

@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass
 
 from data_contracts.lineage import Lineage
-from infra.references import LATEST
+from infra.references import LATEST, stage_checkpoints
 from infra.store import ArtifactStore
 
 CHECKPOINT_FIELDS = ("init_checkpoint", "checkpoint")
@@ -34,8 +34,7 @@ class Catalog:
 
 
 def store_catalog(store: ArtifactStore) -> Catalog:
-    checkpoints = [(name, Lineage.model_validate(store.open(name).lineage()))
-                   for name in store.list_committed("checkpoints/") if "-steps/" not in name]
+    checkpoints = [(name, Lineage.model_validate(store.open(name).lineage())) for name in stage_checkpoints(store)]
     datasets = [(name, Lineage.model_validate(store.open(name).lineage())) for name in store.list_committed("datasets/")]
     return Catalog(_choices(checkpoints, lambda name, _: name.split("/")[1]),
                    _choices(datasets, lambda _, lineage: lineage.name))

@@ -54,15 +54,20 @@ def _offered(kind: str, labels: list[str], most: int = 12) -> str:
     return f"; it holds {shown}" + (f" and {len(labels) - most} more" if len(labels) > most else "")
 
 
+def stage_checkpoints(store: ArtifactStore, prefix: str = "checkpoints/") -> list[str]:
+    """The committed checkpoints under `prefix` a stage published, without what it committed beside them while it
+    trained: its resume points (`<output>-steps/`) and its rollout shards (`<output>-rollouts/`)."""
+    return [name for name in store.list_committed(prefix) if "-steps/" not in name and "-rollouts/" not in name]
+
+
 def resolve_checkpoint(store: ArtifactStore, reference: str, field: str) -> str:
     """A committed Hugging Face checkpoint's URI (it has a config.json)."""
 
     def newest_of(stage: str) -> str | None:
-        names = [n for n in store.list_committed(f"checkpoints/{stage}/") if "-steps/" not in n]
-        return _newest(store, names)
+        return _newest(store, stage_checkpoints(store, f"checkpoints/{stage}/"))
 
     def stages() -> list[str]:
-        return sorted({n.split("/")[1] for n in store.list_committed("checkpoints/") if "-steps/" not in n})
+        return sorted({name.split("/")[1] for name in stage_checkpoints(store)})
 
     uri = _resolve(store, reference, field, "checkpoint", newest_of, stages)
     if "config.json" not in store.open(uri).manifest.files:

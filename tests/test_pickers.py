@@ -9,6 +9,7 @@ from data_contracts.lineage import Lineage
 from flows.pickers import store_catalog, with_pickers
 from flows.serve import FLOWS
 from infra.publish import publish_directory
+from infra.references import resolve_checkpoint
 from infra.store import open_store
 
 
@@ -19,13 +20,18 @@ def test_a_store_s_checkpoints_and_datasets_become_choices_and_an_empty_store_ch
 
     (tmp_path / "files").mkdir()
     (tmp_path / "files" / "config.json").write_text("{}")
-    for name, label in (("checkpoints/sft/run-1", "sft run-1 step 5"), ("datasets/arith-0123", "arith")):
+    for name, label in (("checkpoints/sft/run-1", "sft run-1 step 5"), ("datasets/arith-0123", "arith"),
+                        ("checkpoints/sft/run-1-rollouts/step-000001-rank-0000-ab", "sft run-1 rollouts step 1 rank 0"),
+                        ("checkpoints/sft/run-1-steps/step-000002", "sft run-1 step 2")):
         publish_directory(store, name, tmp_path / "files",
                           Lineage(kind="checkpoint" if "checkpoints" in name else "dataset", name=label,
                                   eval_summary={"heldout_loss": 0.25} if "sft" in name else {}))
     picked = with_pickers(schema, store_catalog(store))
     student = picked["definitions"]["DistillConfig"]["properties"]["init_checkpoint"]
+    # Not what the run committed beside its checkpoint: its rollout shards and resume points.
     assert student["anyOf"][0]["enum"] == ["sft:latest", "checkpoints/sft/run-1"]
+    # sft:latest is the checkpoint too, though its rollout shard and resume point were committed after it.
+    assert resolve_checkpoint(store, "sft:latest", "init_checkpoint") == store.open("checkpoints/sft/run-1").uri
     assert "In the store: sft:latest: sft, " in student["description"] and "heldout_loss 0.25" in student["description"]
     teacher = picked["definitions"]["TeacherSpec"]["properties"]
     assert teacher["checkpoint"]["anyOf"][0]["enum"] == ["sft:latest", "checkpoints/sft/run-1"]
