@@ -156,8 +156,7 @@ def train_stage(config: StageIO) -> Trained:
 
 def with_flow_provenance(config: StageIO) -> StageIO:
     """The config with the running flow (and its deployment) and the stage's wandb run recorded as its
-    provenance, for lineage; the flow run takes the stage's run_id as its name, and a cancel reads as one in
-    its log (flows/run_logs.py)."""
+    provenance, for lineage; the flow run takes the stage's run_id as its name."""
     name_flow_run(config.run_id)
     return config.model_copy(update={"provenance": config.provenance.model_copy(update={
         "flow_run_id": str(runtime.flow_run.id), "deployment_id": runtime.deployment.id,
