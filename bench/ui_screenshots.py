@@ -1,5 +1,6 @@
-"""Screenshots of what a training lead meets in the UI, from a real browser: the Run form's pickers, the runs
-listed by run_id, a run that failed on its inputs with its one-line message, and a stage run's learning curves.
+"""Screenshots of what a training lead meets in the UI, from a real browser: the Run form's pickers (a checkpoint's
+searchable list, the datasets' multi-select), the pipeline's spec editor, the runs listed by run_id, a run that
+failed on its inputs with its one-line message, and a stage run's learning curves.
 
 It starts `posttrain ui` on a free loopback port over a store that holds the demo's artifacts (`make demo` first),
 runs reasoning RL from `sft:latest` for a few steps and a run with a dataset that does not exist, and has
@@ -49,6 +50,11 @@ def deployment_with_pickers(api: str, ui: subprocess.Popen, timeout_s: float = 3
     raise SystemExit(f"no deployment with pickers within {timeout_s:.0f} s")
 
 
+def field(page, label: str):
+    """The form's field labelled `label` (an optional one's label ends in ' (Optional)')."""
+    return page.locator(f".schema-form-property:has(.schema-form-property__label:text-is('{label}'))").last
+
+
 def finished(api: str, run_id: str) -> dict:
     while (state := requests.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"])["type"] not in FINAL:
         time.sleep(2)
@@ -69,7 +75,7 @@ def main() -> None:
     env = {**os.environ, "POSTTRAIN_STORE": str(Path(args.store).resolve()), "POSTTRAIN_WORKDIR": str(args.out / "work")}
     env.pop("PREFECT_API_URL", None)
     with (args.out / "ui.log").open("wb") as log:
-        ui = subprocess.Popen([str(REPO / ".venv/bin/posttrain"), "ui", "--port", str(port), "--only", "reasoning_rl",
+        ui = subprocess.Popen([str(REPO / ".venv/bin/posttrain"), "ui", "--port", str(port), "--only", "reasoning_rl", "--only", "pipeline",
                                "--logs", str(args.out / "logs")], cwd=args.out, env=env, stdout=log,
                               stderr=subprocess.STDOUT)
     try:
@@ -101,13 +107,21 @@ def main() -> None:
                 print(args.out / f"{name}.png", flush=True)
             page.goto(pages["form"])
             page.wait_for_timeout(4000)
-            # The init checkpoint's picker, opened (the UI's own select: a button whose list opens from the keyboard).
-            picker = page.locator(".schema-form-property", has_text="Init Checkpoint").last.locator(".p-select").first
-            picker.click()
-            page.keyboard.press("ArrowDown")
-            page.wait_for_timeout(1500)
-            page.screenshot(path=str(args.out / "form-picker-open.png"))
-            print("the init checkpoint picker offers:", page.locator("[role=option]").all_inner_texts(), flush=True)
+            # The pickers, opened (the UI's own select: a button whose list opens from the keyboard).
+            for label, shot in (("Init Checkpoint", "form-picker-open"), ("Datasets", "form-datasets-open")):
+                field(page, label).locator(".p-select").first.click()
+                page.keyboard.press("ArrowDown")
+                page.wait_for_timeout(1500)
+                page.screenshot(path=str(args.out / f"{shot}.png"))
+                print(f"the {label} picker offers:", page.locator("[role=option]").all_inner_texts(), flush=True)
+                page.keyboard.press("Escape")
+            pipeline = requests.get(f"{api}/deployments/name/pipeline/pipeline", timeout=10).json()["id"]
+            page.goto(f"{base}/deployments/deployment/{pipeline}/run")
+            page.wait_for_timeout(4000)
+            field(page, "Spec (Optional)").locator("textarea").first.click()
+            page.keyboard.type("name: mine\nseed: 3\nstages:\n  sft:\n    max_steps: 20\n")
+            page.wait_for_timeout(1000)  # the editor grows with its lines after the keys
+            page.screenshot(path=str(args.out / "pipeline-form-spec.png"))
             browser.close()
     finally:
         ui.send_signal(2)  # as Ctrl-C: posttrain ui stops its server and deployments

@@ -6,13 +6,13 @@ from prefect import flow, task
 
 from flows.cards import publish_stage
 from flows.eval_log import logged
-from flows.job import train_stage, with_flow_provenance
+from flows.job import named_by_its_run_id, train_stage, with_flow_provenance
 from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
 from stages.agentic.config import AgenticRlConfig
 from stages.evaluation.agentic import evaluate_agentic
-from stages.evaluation.settings import AgenticEvalSettings
+from stages.evaluation.settings import AgenticEvalSettings, with_run_seed
 
 
 @task
@@ -26,7 +26,7 @@ def evaluate_tool_tasks(store_root: str | None, checkpoint: str, datasets: list[
     return logged(checkpoint, evaluate_agentic(open_store(store_root), checkpoint, datasets, tasks, settings))
 
 
-@flow(name="agentic_rl", log_prints=True)
+@flow(name="agentic_rl", log_prints=True, on_failure=[named_by_its_run_id])
 def agentic_rl(config: AgenticRlConfig, eval_settings: AgenticEvalSettings | None = None) -> StageResult:
     """Fully asynchronous agentic RL from `config.init_checkpoint`; held-out tool-task success before and after.
 
@@ -38,7 +38,7 @@ def agentic_rl(config: AgenticRlConfig, eval_settings: AgenticEvalSettings | Non
     """
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "agentic_rl")
-    eval_settings = eval_settings or AgenticEvalSettings(seed=config.data_seed)
+    eval_settings = with_run_seed(eval_settings or AgenticEvalSettings(), config.data_seed)
     tasks = sorted(config.tasks)
     before = evaluate_tool_tasks(config.store, config.init_checkpoint, config.datasets, tasks, eval_settings)
     trained = train_agentic_rl(config)

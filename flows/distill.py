@@ -9,10 +9,10 @@ from prefect import flow, task
 
 from flows.cards import publish_retention_table, publish_stage
 from flows.eval_log import logged
-from flows.job import evaluation_engines, train_stage, with_flow_provenance, with_shared_engine
+from flows.job import evaluation_engines, named_by_its_run_id, train_stage, with_flow_provenance, with_shared_engine
 from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
-from flows.teacher_domains import DistillEvalSettings, check_teacher_sources, domain_metrics, headline
+from flows.teacher_domains import DistillEvalSettings, check_teacher_sources, domain_metrics, headline, with_run_seeds
 from infra.store import open_store
 from rollout.engine_settings import EngineSettings
 from stages.distill.config import DistillConfig, TeacherSpec
@@ -34,7 +34,7 @@ def by_teacher(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
     return {f"{source}/{name}": value for source, named in metrics.items() for name, value in named.items()}
 
 
-@flow(name="distill", log_prints=True)
+@flow(name="distill", log_prints=True, on_failure=[named_by_its_run_id])
 def distill(config: DistillConfig, eval_settings: DistillEvalSettings | None = None) -> StageResult:
     """On-policy distillation of every teacher into the student; per teacher domain: the teacher's score,
     the student's before and after, and the share of the teacher's score the student keeps.
@@ -46,7 +46,7 @@ def distill(config: DistillConfig, eval_settings: DistillEvalSettings | None = N
     check_teacher_sources(config.teachers)
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "distill")
-    eval_settings = eval_settings or DistillEvalSettings()
+    eval_settings = with_run_seeds(eval_settings or DistillEvalSettings(), config.seed, config.data_seed)
     with ExitStack() as stack:
         config = with_shared_engine(stack, config)
         engines = evaluation_engines(config)

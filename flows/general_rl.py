@@ -8,12 +8,12 @@ from prefect import flow, task
 
 from flows.cards import publish_stage
 from flows.eval_log import logged
-from flows.job import evaluation_engines, train_stage, with_flow_provenance, with_shared_engine
+from flows.job import evaluation_engines, named_by_its_run_id, train_stage, with_flow_provenance, with_shared_engine
 from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
 from stages.evaluation.general import evaluate_general
-from stages.evaluation.settings import GeneralEvalSettings
+from stages.evaluation.settings import GeneralEvalSettings, with_run_seed
 from stages.grpo.config import GeneralRlConfig
 
 
@@ -28,7 +28,7 @@ def evaluate_rules_and_rewards(config: GeneralRlConfig, checkpoint: str, setting
                                                settings, evaluation_engines(config)))
 
 
-@flow(name="general_rl", log_prints=True)
+@flow(name="general_rl", log_prints=True, on_failure=[named_by_its_run_id])
 def general_rl(config: GeneralRlConfig, eval_settings: GeneralEvalSettings | None = None) -> StageResult:
     """GRPO + IcePop with the configured (by default mixed) reward; held-out rule compliance and reward before and after.
 
@@ -38,7 +38,7 @@ def general_rl(config: GeneralRlConfig, eval_settings: GeneralEvalSettings | Non
     """
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "general_rl")
-    eval_settings = eval_settings or GeneralEvalSettings(seed=config.seed)
+    eval_settings = with_run_seed(eval_settings or GeneralEvalSettings(), config.seed)
     with ExitStack() as stack:
         config = with_shared_engine(stack, config)
         before = evaluate_rules_and_rewards(config, config.init_checkpoint, eval_settings)

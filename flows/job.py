@@ -166,11 +166,20 @@ def with_flow_provenance(config: StageIO) -> StageIO:
     })})
 
 
-def name_flow_run(name: str) -> None:
-    """The running flow run renamed `name` (a stage's run_id, a pipeline's run id): the UI lists runs by the name
-    a person typed or a report shows, not by Prefect's two random words."""
+def name_flow_run(name: str, flow_run_id=None) -> None:
+    """The flow run (by default the running one) renamed `name` (a stage's run_id, a pipeline's run id): the UI
+    lists runs by the name a person typed or a report shows, not by Prefect's two random words."""
     with get_client(sync_client=True) as client:
-        client.set_flow_run_name(runtime.flow_run.id, name)
+        client.set_flow_run_name(flow_run_id or runtime.flow_run.id, name)
+
+
+def named_by_its_run_id(flow, flow_run, state) -> None:
+    """A stage flow's on_failure hook: a run whose parameters failed validation never ran the body that names it,
+    so it is named here by the run_id typed into its form, read from the parameters as they were sent."""
+    config = flow_run.parameters.get("config")
+    run_id = config.get("run_id") if isinstance(config, dict) else getattr(config, "run_id", None)
+    if isinstance(run_id, str) and run_id and flow_run.name != run_id:
+        name_flow_run(run_id, flow_run.id)
 
 
 def with_shared_engine(stack: ExitStack, config):

@@ -23,8 +23,11 @@ class PipelineParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     preset: PresetName = Field("tiny", description="A preset spec of specs/ (used when no spec is given).")
+    # Prefect's form draws a string of format json-string as a code editor, a box that grows with its lines:
+    # YAML is typed there as well (the format is the editor's hint, not a check).
     spec: str | None = Field(None, description="A pipeline spec: the path of its YAML or JSON file, or the spec "
-                                               "itself as YAML or JSON text. Overrides the preset.")
+                                               "itself as YAML or JSON text. Overrides the preset.",
+                             json_schema_extra={"format": "json-string"})
     seed: Seed | None = Field(None, description="Seed for every stage; default the spec's.")
     store: StoreRoot | None = Field(None, description="Artifact store root; default the spec's, else $POSTTRAIN_STORE "
                                                 "or ./artifacts.")

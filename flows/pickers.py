@@ -1,8 +1,8 @@
 """The checkpoint and dataset fields of the deployments' forms offer what the store holds.
 
-A form's `init_checkpoint`, a teacher's `checkpoint` and every `datasets` entry become a choice between the
-store's references (STAGE:latest and NAME:latest first, then each committed name, newest first) and free text (a
-URI, or a name committed later); the field's description lists the choices with their stage, date and headline
+A form's `init_checkpoint` and a teacher's `checkpoint` become a choice between the store's references (STAGE:latest
+and NAME:latest first, then each committed name, newest first) and free text (a URI, or a name committed later);
+a `datasets` list, between a multi-select of the store's datasets and a list of free texts; the field's description lists the choices with their stage, date and headline
 metric, which a select cannot show. `flows/serve.py` writes these schemas into the deployments when the UI
 starts and again whenever the store's contents change.
 """
@@ -65,8 +65,7 @@ def with_pickers(schema: dict, catalog: Catalog) -> dict:
             if name in CHECKPOINT_FIELDS and field.get("type") == "string":
                 definition["properties"][name] = _picker(field, catalog.checkpoints, "checkpoint")
             elif name in DATASET_FIELDS and field.get("type") == "array":
-                field["items"] = _picker(field.get("items", {}), catalog.datasets, "dataset")
-                field["description"] = _listed(field.get("description", ""), catalog.datasets)
+                definition["properties"][name] = _list_picker(field, catalog.datasets, "datasets")
     return picked
 
 
@@ -77,6 +76,19 @@ def _picker(field: dict, choices: tuple[Choice, ...], kind: str) -> dict:
     return {**kept, "description": _listed(field.get("description", ""), choices), "anyOf": [
         {"title": f"a {kind} in the store", "type": "string", "enum": [choice.value for choice in choices]},
         {"title": "a URI or name", "type": "string", "minLength": 1}]}
+
+
+def _list_picker(field: dict, choices: tuple[Choice, ...], kind: str) -> dict:
+    """A list field as a choice between a multi-select of the store's references and a list of free texts: the
+    form draws a list of strings with an enum as a multi-select, but any other list item as a JSON box."""
+    if not choices:
+        return field
+    own = {key: value for key, value in field.items() if key in ("title", "description", "position", "default")}
+    rules = {key: value for key, value in field.items() if key in ("minItems", "maxItems", "uniqueItems")}
+    return {**own, "description": _listed(field.get("description", ""), choices), "anyOf": [
+        {"title": f"{kind} in the store", "type": "array", **rules,
+         "items": {"type": "string", "enum": [choice.value for choice in choices]}},
+        {"title": "URIs or names", "type": "array", **rules, "items": {"type": "string", "minLength": 1}}]}
 
 
 def _listed(description: str, choices: tuple[Choice, ...]) -> str:

@@ -8,13 +8,13 @@ from prefect import flow, task
 
 from flows.cards import publish_stage
 from flows.eval_log import logged
-from flows.job import evaluation_engines, train_stage, with_flow_provenance, with_shared_engine
+from flows.job import evaluation_engines, named_by_its_run_id, train_stage, with_flow_provenance, with_shared_engine
 from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
 from rollout.engine_settings import EngineSettings
 from stages.evaluation.sampled import evaluate_sampled
-from stages.evaluation.settings import SampledEvalSettings
+from stages.evaluation.settings import SampledEvalSettings, with_run_seed
 from stages.grpo.config import ReasoningRlConfig
 
 
@@ -29,7 +29,7 @@ def evaluate_with_engine(store_root: str | None, checkpoint: str, dataset: str,
     return logged(checkpoint, evaluate_sampled(open_store(store_root), checkpoint, dataset, settings, engines))
 
 
-@flow(name="reasoning_rl", log_prints=True)
+@flow(name="reasoning_rl", log_prints=True, on_failure=[named_by_its_run_id])
 def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None,
                  eval_settings: SampledEvalSettings | None = None) -> StageResult:
     """GRPO + IcePop from `config.init_checkpoint`; held-out accuracy (greedy and sampled) before and after,
@@ -43,7 +43,7 @@ def reasoning_rl(config: ReasoningRlConfig, eval_dataset: str | None = None,
     """
     config = with_flow_provenance(config)
     config = validate_stage_inputs(config, "reasoning_rl")
-    eval_settings = eval_settings or SampledEvalSettings(seed=config.seed)
+    eval_settings = with_run_seed(eval_settings or SampledEvalSettings(), config.seed)
     with ExitStack() as stack:
         config = with_shared_engine(stack, config)
         eval_dataset = eval_dataset or config.datasets[0]

@@ -3,7 +3,8 @@
 `python -m flows.serve` registers the deployments and then executes the runs created for them — from
 the UI's Run form, the REST API or `prefect deployment run` — until stopped. Each deployment's
 parameters are its flow's pydantic config, so the UI renders them as a form, whose checkpoint and dataset
-fields offer what the default store holds (flows/pickers.py), kept current as commits land.
+fields offer what the default store holds (flows/pickers.py), kept current as commits land, and whose optional
+fields are drawn as their one type (flows/form_schema.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from prefect.client.schemas.actions import DeploymentUpdate
 from prefect.exceptions import ObjectNotFound
 from prefect.utilities.callables import parameter_schema
 
-from flows.pickers import store_catalog, with_pickers
+from flows.form_schema import for_the_form
+from flows.pickers import Catalog, store_catalog, with_pickers
 from flows.pipeline import pipeline
 from flows.stage_table import STAGES
 from infra.lifetime import exit_with_owner
@@ -34,31 +36,36 @@ def serve_deployments(names: list[str], limit: int | None = None) -> None:
     if unknown:
         raise ValueError(f"unknown flows {unknown}; known: {sorted(FLOWS)}")
     deployments = [FLOWS[name].to_deployment(name=name, description=FLOWS[name].description) for name in names]
-    threading.Thread(target=keep_pickers_current, args=(names,), name="pickers", daemon=True).start()
+    threading.Thread(target=keep_forms_current, args=(names,), name="forms", daemon=True).start()
     serve(*deployments, limit=limit, print_starting_message=False)
 
 
-def keep_pickers_current(names: list[str], every_s: float = 15.0) -> None:
-    """Forever: each deployment's form offers what the default store holds (flows/pickers.py), written once the
-    deployments are registered and again whenever the store's checkpoints or datasets change."""
-    schemas = {name: parameter_schema(FLOWS[name]).model_dump() for name in names}
-    shown = None
+def keep_forms_current(names: list[str], store_every_s: float = 15.0, forms_every_s: float = 2.0) -> None:
+    """Forever: each deployment's form draws optional fields as their one type (flows/form_schema.py) and offers
+    what the default store holds (flows/pickers.py). The store is read every `store_every_s`; a form that differs
+    from what it should be (registered or re-registered by serve() with the flow's own schema, or a store that
+    changed) is rewritten within `forms_every_s`. An unreadable store leaves the pickers out, not the form."""
+    schemas = {name: for_the_form(parameter_schema(FLOWS[name]).model_dump()) for name in names}
+    catalog, read_at = Catalog((), ()), -store_every_s
     while True:
+        if time.monotonic() - read_at >= store_every_s:
+            read_at = time.monotonic()
+            try:
+                catalog = store_catalog(open_store())
+            except Exception as error:  # the forms keep the pickers they had
+                log.warning("the forms' pickers were not refreshed: %s", error)
         try:
-            catalog = store_catalog(open_store())
-            if catalog != shown:
-                with get_client(sync_client=True) as client:
-                    for name in names:
-                        deployment = client.read_deployment_by_name(f"{name}/{name}")
-                        client.update_deployment(deployment.id, DeploymentUpdate(
-                            parameter_openapi_schema=with_pickers(schemas[name], catalog)))
-                shown = catalog
+            with get_client(sync_client=True) as client:
+                for name in names:
+                    wanted = with_pickers(schemas[name], catalog)
+                    deployment = client.read_deployment_by_name(f"{name}/{name}")
+                    if deployment.parameter_openapi_schema != wanted:
+                        client.update_deployment(deployment.id, DeploymentUpdate(parameter_openapi_schema=wanted))
         except ObjectNotFound:  # serve() has not registered them yet
-            time.sleep(1.0)
-            continue
-        except Exception as error:  # an unreadable store or a busy API: the forms keep what they had
-            log.warning("the forms' pickers were not refreshed: %s", error)
-        time.sleep(every_s)
+            pass
+        except Exception as error:  # a busy API: the next round writes them
+            log.warning("the forms were not rewritten: %s", error)
+        time.sleep(forms_every_s)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,7 +6,7 @@ from prefect import flow, task
 
 from flows.cards import publish_stage
 from flows.eval_log import logged
-from flows.job import train_stage, with_flow_provenance
+from flows.job import named_by_its_run_id, train_stage, with_flow_provenance
 from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -26,7 +26,7 @@ def evaluate(store_root: str | None, checkpoint: str, datasets: dict[str, str], 
     return logged(checkpoint, evaluate_checkpoint(open_store(store_root), checkpoint, datasets, settings, attention))
 
 
-@flow(name="sft", log_prints=True)
+@flow(name="sft", log_prints=True, on_failure=[named_by_its_run_id])
 def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None,
         eval_settings: EvalSettings | None = None) -> StageResult:
     """Train, then evaluate before/after (sparse and dense attention) on the held-out splits.

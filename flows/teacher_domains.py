@@ -4,7 +4,7 @@ match, and the student is measured alike before and after."""
 
 from __future__ import annotations
 
-from dataclasses import field, make_dataclass
+from dataclasses import field, make_dataclass, replace
 from typing import Annotated
 
 from pydantic import Field
@@ -18,7 +18,13 @@ from stages.evaluation.agentic import evaluate_agentic
 from stages.evaluation.committed import evaluate_checkpoint
 from stages.evaluation.general import evaluate_general
 from stages.evaluation.sampled import evaluate_sampled
-from stages.evaluation.settings import AgenticEvalSettings, EvalSettings, GeneralEvalSettings, SampledEvalSettings
+from stages.evaluation.settings import (
+    AgenticEvalSettings,
+    EvalSettings,
+    GeneralEvalSettings,
+    SampledEvalSettings,
+    with_run_seed,
+)
 from stages.grpo.config import RewardSpec, default_general_rewards
 
 # The score a domain is judged by, for each kind of evaluation: what a stage evaluated so set out to raise
@@ -37,6 +43,14 @@ DistillEvalSettings = make_dataclass("DistillEvalSettings", [
      field(default_factory=default_general_rewards)),
 ], frozen=True, namespace={"__module__": __name__,
                             "__doc__": "How each teacher's domain is evaluated: with the settings its own stage used."})
+
+
+def with_run_seeds(settings: DistillEvalSettings, seed: int, data_seed: int) -> DistillEvalSettings:
+    """Each domain's settings seeded as its own stage seeds them (the agentic domain by the data's seed) where they
+    name no seed."""
+    def seeded(domain):
+        return with_run_seed(domain, data_seed if isinstance(domain, AgenticEvalSettings) else seed)
+    return replace(settings, **{name: seeded(getattr(settings, name)) for name in TEACHERS})
 
 
 def headline(source: str, metrics: dict[str, float]) -> str | None:

@@ -6,7 +6,7 @@ from prefect import flow, task
 
 from data_contracts.lineage import Lineage
 from flows.cards import publish_stage
-from flows.job import train_stage, with_flow_provenance
+from flows.job import named_by_its_run_id, train_stage, with_flow_provenance
 from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
@@ -20,7 +20,7 @@ def train_reward_model(config: TrainOrmConfig) -> Trained:
     return train_stage(config)
 
 
-@flow(name="train_orm", log_prints=True)
+@flow(name="train_orm", log_prints=True, on_failure=[named_by_its_run_id])
 def train_orm(config: TrainOrmConfig) -> StageResult:
     """A scalar-head ORM on preference@1 pairs (Bradley–Terry); held-out pairwise accuracy, overall and per domain.
 

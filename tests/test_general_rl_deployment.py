@@ -2,6 +2,7 @@
 run is created through Prefect's REST API, as the UI's Run form does. The server takes a password, as one
 a cluster exposes must: without it the API answers 401."""
 
+import json
 import os
 import signal
 import subprocess
@@ -150,13 +151,26 @@ def test_the_forms_offer_the_checkpoints_and_datasets_the_store_holds_as_commits
     assert {"init:latest", "sft:latest", "checkpoints/sft/sft-for-the-form", "general_rl:latest"} <= set(offered)
     assert checkpoint["anyOf"][1] == {"title": "a URI or name", "type": "string", "minLength": 1}  # free text stays
     assert "In the store: " in checkpoint["description"] and "sft:latest: sft, " in checkpoint["description"]
-    assert "instruct-prompts:latest" in datasets["items"]["anyOf"][0]["enum"]
+    assert "instruct-prompts:latest" in datasets["anyOf"][0]["items"]["enum"]
+
+
+def test_the_form_draws_optional_fields_as_their_type_and_refuses_a_wrong_one_by_its_rule(served, small_store):
+    api, deployment = served
+    schema = _retrying_503(lambda: requests.get(f"{api}/deployments/{deployment}", timeout=10,
+                                                auth=AUTH)).json()["parameter_openapi_schema"]
+    assert '"type": "null"' not in json.dumps(schema)  # no field opens on a None button
+    config = {"store": small_store["root"], "init_checkpoint": "init:latest", "datasets": ["instruct-prompts:latest"],
+              "compute": {"micro_batch_size": -2}}
+    refused = _retrying_503(lambda: requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30,
+                                                  json={"parameters": {"config": config}}, auth=AUTH))
+    assert refused.status_code == 409, refused.text
+    assert "'config.compute.micro_batch_size'" in refused.text and "-2 is less than the minimum of 1" in refused.text
 
 
 def test_a_misspelled_reward_path_fails_before_any_task_naming_its_field(served, small_store):
     api, deployment = served
-    config = {"store": small_store["root"], "init_checkpoint": "init:latest", "datasets": ["instruct-prompts:latest"],
-              "rewards": [{"path": "rewards.verifiers.ArithExactMatc"}]}
+    config = {"run_id": "general-misspelled", "store": small_store["root"], "init_checkpoint": "init:latest",
+              "datasets": ["instruct-prompts:latest"], "rewards": [{"path": "rewards.verifiers.ArithExactMatc"}]}
     created = _retrying_503(lambda: requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30,
                                                   json={"parameters": {"config": config}}, auth=AUTH))
     assert created.status_code == 201, created.text
@@ -164,6 +178,9 @@ def test_a_misspelled_reward_path_fails_before_any_task_naming_its_field(served,
     state = _finished_state(api, run_id)
     assert state["type"] == "FAILED" and "rewards[0].path" in state["message"], state
     assert "ArithExactMatc" in state["message"] and "Traceback" not in state["message"]
+    # Its body never ran, yet it is listed by the run_id typed into its form.
+    named = _retrying_503(lambda: requests.get(f"{api}/flow_runs/{run_id}", timeout=10, auth=AUTH)).json()["name"]
+    assert named == config["run_id"]
     tasks = _retrying_503(lambda: requests.post(f"{api}/task_runs/filter", timeout=10, auth=AUTH,
                                                 json={"flow_runs": {"id": {"any_": [run_id]}}})).json()
     assert tasks == []  # no input check, engine or job was started

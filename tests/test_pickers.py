@@ -35,5 +35,7 @@ def test_a_store_s_checkpoints_and_datasets_become_choices_and_an_empty_store_ch
     assert "In the store: sft:latest: sft, " in student["description"] and "heldout_loss 0.25" in student["description"]
     teacher = picked["definitions"]["TeacherSpec"]["properties"]
     assert teacher["checkpoint"]["anyOf"][0]["enum"] == ["sft:latest", "checkpoints/sft/run-1"]
-    assert teacher["datasets"]["items"]["anyOf"][0]["enum"] == ["arith:latest", "datasets/arith-0123"]
-    assert teacher["datasets"]["minItems"] == 1  # what the field checked stays
+    # A list: a multi-select of the store's datasets, or free texts; what the field checked stays on both.
+    in_store, free = teacher["datasets"]["anyOf"]
+    assert in_store["items"]["enum"] == ["arith:latest", "datasets/arith-0123"] and in_store["minItems"] == 1
+    assert free == {"title": "URIs or names", "type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}

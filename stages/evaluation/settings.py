@@ -3,7 +3,7 @@ apart from the evaluators themselves so that reading a config imports no model c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from pydantic import Field
@@ -31,14 +31,14 @@ class AgenticEvalSettings:
     max_new_tokens: Annotated[int, Field(description="tokens per turn")] = 64
     episode: Annotated[EpisodeSettings, Field(description="turns and context management of an episode")] = field(
         default_factory=EpisodeSettings)
-    seed: Annotated[int, Field(description="the seed the suites were prepared with")] = 0
+    seed: Annotated[int | None, Field(description="the seed the suites were prepared with; default: the run's data_seed")] = None
 
 
 @dataclass(frozen=True)
 class GeneralEvalSettings:
     prompts_per_dataset: Annotated[int, Field(description="held-out prompts per dataset, at most")] = 200
     max_new_tokens: Annotated[int, Field(description="tokens per reply")] = 64
-    seed: Annotated[int, Field(description="seed of the sampled replies")] = 0
+    seed: Annotated[int | None, Field(description="seed of the sampled replies; default: the run's")] = None
 
 
 @dataclass(frozen=True)
@@ -47,4 +47,10 @@ class SampledEvalSettings:
     samples_per_prompt: Annotated[int, Field(description="sampled answers per prompt (accuracy_sampled)")] = 4
     temperature: Annotated[float, Field(description="of the sampled answers (greedy is measured too)")] = 1.0
     max_new_tokens: Annotated[int, Field(description="tokens per answer")] = 64
-    seed: Annotated[int, Field(description="seed of the sampled answers")] = 0
+    seed: Annotated[int | None, Field(description="seed of the sampled answers; default: the run's")] = None
+
+
+def with_run_seed(settings, seed: int):
+    """`settings` seeded with the run's seed where they name none: a form left empty, or a stage run alone, evaluates
+    with the seed it trained with."""
+    return settings if settings.seed is not None else replace(settings, seed=seed)
