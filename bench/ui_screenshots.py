@@ -1,5 +1,5 @@
 """Screenshots of what a training lead meets in the UI, from a real browser: the Run form's pickers (a checkpoint's
-searchable list, the datasets' multi-select), the pipeline's spec editor, the runs listed by run_id, a run that
+searchable list, the datasets' multi-select), the pipeline's spec editor, the runs listed by run_id, two runs compared, a run that
 failed on its inputs with its one-line message, and a stage run's learning curves.
 
 It starts `posttrain ui` on a free loopback port over a store that holds the demo's artifacts (`make demo` first),
@@ -25,6 +25,8 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infra.ports import free_port  # noqa: E402
+from infra.references import resolve_checkpoint  # noqa: E402
+from infra.store import open_store  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -86,17 +88,24 @@ def main() -> None:
             return requests.post(f"{api}/deployments/{deployment}/create_flow_run", timeout=30, json={
                 "parameters": {"config": config, "eval_settings": evaluation}}).json()["id"]
 
+        earlier = resolve_checkpoint(open_store(env["POSTTRAIN_STORE"]), "reasoning_rl:latest", "earlier run")
         trained = run({"run_id": f"lead-rl-{time.strftime('%H%M%S')}", "init_checkpoint": "sft:latest", "datasets": ["arith:latest"],
                        "max_steps": 6, "prompts_per_step": 2, "group_size": 4, "optimizer": {"warmup_steps": 1}})
         print("trained:", finished(api, trained)["type"], flush=True)
         typo = run({"run_id": f"lead-typo-{time.strftime('%H%M%S')}", "init_checkpoint": "sft:latest", "datasets": ["arihtm:latest"],
                     "max_steps": 6, "optimizer": {"warmup_steps": 1}})
         print("typo:", finished(api, typo).get("message"), flush=True)
+        # Compared with the store's earlier reasoning RL run, on the UI's Artifacts page.
+        subprocess.run([str(REPO / ".venv/bin/posttrain"), "runs", "compare", earlier, "reasoning_rl:latest", "--publish"],
+                       env=env | {"PREFECT_API_URL": api}, check=True, stdout=subprocess.DEVNULL)
+        compared = requests.post(f"{api}/artifacts/filter", timeout=10, json={
+            "artifacts": {"key": {"any_": ["runs-compare"]}}, "sort": "CREATED_DESC"}).json()
         curves = requests.post(f"{api}/artifacts/filter", timeout=10, json={
             "artifacts": {"key": {"any_": ["reasoning-rl-curves"]}}, "sort": "CREATED_DESC"}).json()
         pages = {"form": f"{base}/deployments/deployment/{deployment}/run", "runs": f"{base}/runs",
                  "failed-run": f"{base}/runs/flow-run/{typo}", "trained-run": f"{base}/runs/flow-run/{trained}",
-                 "curves": f"{base}/artifacts/artifact/{curves[0]['id']}"}
+                 "curves": f"{base}/artifacts/artifact/{curves[0]['id']}",
+                 "compare": f"{base}/artifacts/artifact/{compared[0]['id']}"}
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=args.chromium, args=CHROMIUM_FLAGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1100})

@@ -3,6 +3,7 @@ as the store's committed evaluations hold them (evals/), and the config fields i
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from data_contracts.lineage import Lineage
@@ -10,8 +11,9 @@ from infra.lineage import name_in_store
 from infra.references import resolve_checkpoint
 from infra.store import ArtifactStore
 
-# Set per run whatever was compared: not a difference between two recipes.
-NOT_A_SETTING = ("run_id", "store", "output_name", "provenance")
+# Set per run whatever was compared: not a difference between two recipes (a stage's shared engine is
+# started for it on a free port, and its URL recorded).
+NOT_A_SETTING = ("run_id", "store", "output_name", "provenance", "engines.engine_urls")
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,35 @@ def evaluations(store: ArtifactStore, checkpoint: str, settings: set[str] | None
 
 def differing_settings(runs: list[ComparedRun]) -> dict[str, list[object]]:
     """The dotted config keys whose values are not the same in every run, with each run's value (None: unset)."""
-    keys = sorted({key for run in runs for key in run.settings if key.split(".")[0] not in NOT_A_SETTING})
+    keys = sorted({key for run in runs for key in run.settings
+                   if not any(key == unset or key.startswith(unset + ".") for unset in NOT_A_SETTING)})
     values = {key: [run.settings.get(key) for run in runs] for key in keys}
     return {key: row for key, row in values.items() if any(value != row[0] for value in row)}
+
+
+def before_after(before: float | None, after: float | None) -> str:
+    def shown(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    return "-" if after is None else f"{shown(before)} → {shown(after)}"
+
+
+def comparison_markdown(runs: list[ComparedRun], differing: dict[str, list[object]]) -> str:
+    """The comparison as the UI shows an artifact: the metrics table, then the settings that differ."""
+    def row(cells) -> str:
+        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
+
+    headers = [f"{run.run_id} ({run.stage}, {run.created_at[:16].replace('T', ' ')})" for run in runs]
+    lines = ["### held-out metrics, before → after", "", row(["metric", *headers]), row(["---"] * (len(runs) + 1))]
+    lines += [row([name, *(before_after(run.before.get(name), run.after.get(name)) for run in runs)])
+              for name in sorted({name for run in runs for name in run.after})]
+    lines += ["", "### settings that differ", ""]
+    if not differing:
+        return "\n".join([*lines, "every setting is the same"])
+    lines += [row(["field", *(run.run_id for run in runs)]), row(["---"] * (len(runs) + 1))]
+    lines += [row([f"`{key}`", *(f"`{json.dumps(value, default=str)}`" for value in values)])
+              for key, values in differing.items()]
+    return "\n".join(lines)
 
 
 def flattened(config: dict, prefix: str = "") -> dict[str, object]:

@@ -4,6 +4,7 @@ differently."""
 from __future__ import annotations
 
 import json
+import os
 
 import typer
 from rich.console import Console
@@ -20,11 +21,18 @@ def compare(
                                                       "store or URIs."),
     store: str = store_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON instead of tables."),
+    publish: bool = typer.Option(False, "--publish", help="Also publish it to the Prefect server at PREFECT_API_URL "
+                                                          "as the markdown artifact `runs-compare` (the UI's "
+                                                          "Artifacts page)."),
 ) -> None:
     """Each run's held-out metrics before (its init checkpoint's evaluation with the same settings) and after,
     side by side, and the config fields in which the runs differ."""
     from infra.store import open_store
-    from posttrain.run_comparison import compared_runs, differing_settings
+    from posttrain.run_comparison import before_after, compared_runs, comparison_markdown, differing_settings
+
+    if publish and not os.environ.get("PREFECT_API_URL"):
+        typer.echo("error: --publish needs PREFECT_API_URL, the API of the server `posttrain ui` started", err=True)
+        raise typer.Exit(2)
 
     try:
         runs = compared_runs(open_store(store), checkpoints)
@@ -32,6 +40,11 @@ def compare(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
     differing = differing_settings(runs)
+    if publish:
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(key="runs-compare", markdown=comparison_markdown(runs, differing),
+                                 description="runs compared: " + ", ".join(run.run_id for run in runs))
     if as_json:
         shown = [{key: value for key, value in vars(run).items() if key != "settings"} for run in runs]
         typer.echo(json.dumps({"runs": shown, "differing": differing}, indent=2, default=str))
@@ -42,7 +55,7 @@ def compare(
     for run in runs:
         metrics.add_column(f"{run.run_id}\n{run.stage}, {run.created_at}")
     for name in sorted({name for run in runs for name in run.after}):
-        metrics.add_row(name, *(_before_after(run.before.get(name), run.after.get(name)) for run in runs))
+        metrics.add_row(name, *(before_after(run.before.get(name), run.after.get(name)) for run in runs))
     console.print(metrics)
     settings = Table(title="settings that differ")
     settings.add_column("field")
@@ -52,9 +65,3 @@ def compare(
         settings.add_row(key, *(json.dumps(value, default=str) for value in values))
     console.print(settings if differing else "every setting is the same")
 
-
-def _before_after(before: float | None, after: float | None) -> str:
-    def shown(value: float | None) -> str:
-        return "-" if value is None else f"{value:.3f}"
-
-    return "-" if after is None else f"{shown(before)} → {shown(after)}"

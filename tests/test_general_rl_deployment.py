@@ -167,6 +167,25 @@ def test_the_form_draws_optional_fields_as_their_type_and_refuses_a_wrong_one_by
     assert "'config.compute.micro_batch_size'" in refused.text and "-2 is less than the minimum of 1" in refused.text
 
 
+def test_a_comparison_of_runs_is_published_to_the_ui(served, small_store):
+    """`posttrain runs compare --publish`: the first test's runs side by side on the UI's Artifacts page."""
+    api, _ = served
+    env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_API_AUTH_STRING": ":".join(AUTH)}
+    shown = subprocess.run([sys.executable, "-m", "posttrain.cli", "runs", "compare", "checkpoints/sft/sft-for-the-form",
+                            "checkpoints/general_rl/general-from-ui", "--store", small_store["root"], "--publish"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    (artifact,) = _retrying_503(lambda: requests.post(f"{api}/artifacts/filter", timeout=10, auth=AUTH, json={
+        "artifacts": {"key": {"any_": ["runs-compare"]}}, "sort": "CREATED_DESC", "limit": 1})).json()
+    assert artifact["type"] == "markdown" and "sft-for-the-form, general-from-ui" in artifact["description"]
+    assert "| metric | sft-for-the-form (sft, " in artifact["data"] and " → " in artifact["data"]
+    unset = {key: value for key, value in env.items() if key != "PREFECT_API_URL"}
+    refused = subprocess.run([sys.executable, "-m", "posttrain.cli", "runs", "compare", "sft:latest", "sft:latest",
+                              "--store", small_store["root"], "--publish"], cwd=REPO, env=unset, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 2 and "--publish needs PREFECT_API_URL" in refused.stderr
+
+
 def test_a_misspelled_reward_path_fails_before_any_task_naming_its_field(served, small_store):
     api, deployment = served
     config = {"run_id": "general-misspelled", "store": small_store["root"], "init_checkpoint": "init:latest",

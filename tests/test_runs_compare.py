@@ -34,7 +34,8 @@ def test_two_runs_show_before_and_after_and_the_settings_they_differ_in(tmp_path
     init = checkpoint(store, tmp_path, "checkpoints/init/tiny", Lineage(kind="checkpoint", name="init"))
     evaluated(store, init, 0.1)
     for run_id, lr, accuracy in (("lr-low", 1e-5, 0.2), ("lr-high", 1e-4, 0.3)):
-        config = {"run_id": run_id, "store": "elsewhere", "max_steps": 40, "optimizer": {"lr": lr, "warmup_steps": 5}}
+        config = {"run_id": run_id, "store": "elsewhere", "max_steps": 40, "optimizer": {"lr": lr, "warmup_steps": 5},
+                  "engines": {"engine_urls": [f"http://127.0.0.1:{len(run_id)}0"], "replicas": 1}}
         trained = checkpoint(store, tmp_path, f"checkpoints/reasoning_rl/{run_id}", Lineage(
             kind="checkpoint", name=f"reasoning_rl {run_id} step 40", parents=[parent_ref(init, "init")], config=config))
         evaluated(store, trained, accuracy)
@@ -46,7 +47,8 @@ def test_two_runs_show_before_and_after_and_the_settings_they_differ_in(tmp_path
     assert [(run["run_id"], run["before"], run["after"]) for run in compared["runs"]] == [
         ("lr-low", {"arith/accuracy@sparse": 0.1}, {"arith/accuracy@sparse": 0.2}),
         ("lr-high", {"arith/accuracy@sparse": 0.1}, {"arith/accuracy@sparse": 0.3})]
-    assert compared["differing"] == {"optimizer.lr": [1e-5, 1e-4]}  # run_id and store are not settings
+    # run_id, store and the URL of the engine started for a run are not settings
+    assert compared["differing"] == {"optimizer.lr": [1e-5, 1e-4]}
 
     table = CliRunner().invoke(app, ["runs", "compare", "checkpoints/reasoning_rl/lr-low", "reasoning_rl:latest",
                                      "--store", str(tmp_path / "store")], env={"COLUMNS": "200"})
