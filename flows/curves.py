@@ -11,7 +11,7 @@ from prefect.artifacts import create_markdown_artifact
 # What a step record may carry that a person follows over a run, in the order they are shown; a name ending
 # in "/" stands for every metric under it (agentic RL's success per task, distillation's KL per teacher).
 CURVES = ("loss", "reward_mean", "success/", "reverse_kl", "kl/", "heldout_loss", "heldout_accuracy",
-          "train_accuracy", "grad_norm", "clip_fraction", "pop_masked_fraction")
+          "train_accuracy", "grad_norm", "clip_fraction", "pop_masked_fraction", "expert_load_max_over_mean")
 BLOCKS = "▁▂▃▄▅▆▇█"
 WIDTH = 60
 

@@ -44,6 +44,31 @@ def plot_curves(stage: str, history: list[dict], out: Path) -> Path | None:
     return path
 
 
+def plot_expert_load(stage: str, history: list[dict], out: Path) -> tuple[Path, list[str]] | None:
+    """The tokens each expert of each MoE layer got over the stage's job (its last step record's
+    `expert_tokens`) as a layer × expert heat map of load ÷ the layer's mean, and the report's line on it."""
+    tokens = next((record["expert_tokens"] for record in reversed(history) if "expert_tokens" in record), None)
+    if not tokens:
+        return None
+    from matplotlib.figure import Figure
+
+    loads = [[count / (sum(layer) / len(layer)) if sum(layer) else 0.0 for count in layer] for layer in tokens]
+    figure = Figure(figsize=(7, 1.2 + 0.35 * len(loads)))
+    axis = figure.subplots()
+    image = axis.imshow(loads, aspect="auto", cmap="viridis", vmin=0)
+    figure.colorbar(image, ax=axis, label="load ÷ layer mean")
+    axis.set_xlabel("expert")
+    axis.set_ylabel("MoE layer")
+    axis.set_title(f"{stage}: expert load over the job")
+    figure.tight_layout()
+    path = out / f"{stage}_expert_load.png"
+    figure.savefig(path, dpi=110)
+    busiest = ", ".join(f"{max(layer):.2f}" for layer in loads)
+    idle = ", ".join(str(sum(count == 0 for count in layer)) for layer in tokens)
+    return path, [f"- expert load over the job, per MoE layer: busiest expert {busiest} × the layer's mean; "
+                  f"idle experts {idle}", ""]
+
+
 def _metrics_table(before: dict[str, float], after: dict[str, float], extra: dict[str, dict[str, float]]) -> list[str]:
     headers = ["metric", "before", "after", *extra]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -88,9 +113,14 @@ def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
             lines += ["- kept of each teacher's score: " + ", ".join(
                 f"{teacher} {kept:.3f}" for teacher, kept in stage["retention"].items()), ""]
         lines += _metrics_table(stage["metrics_before"], stage["metrics_after"], extra_columns.get(name, {}))
+        load = plot_expert_load(name, histories.get(name, []), run_dir)
+        if load:
+            lines += load[1]
         curve = plot_curves(name, histories.get(name, []), run_dir)
         if curve:
             lines += ["", f"![{name} learning curve]({curve.name})"]
+        if load:
+            lines += ["", f"![{name} expert load]({load[0].name})"]
         lines.append("")
     report = run_dir / "report.md"
     report.write_text("\n".join(lines))

@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from filelock import FileLock
 from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
 
 from data_contracts.lineage import Lineage, config_digest
 from data_prep.prepare import prepare
@@ -16,6 +18,7 @@ from infra.launch import run_stage_job
 from infra.launchers.local import LocalLaunch
 from infra.publish import publish_directory
 from infra.store import open_store
+from model.moe_balance import routers
 from stages.common.events import parse_event
 from stages.sft.config import SftConfig
 from suites.prepare import SuiteSizes
@@ -100,3 +103,9 @@ def start_sft(config: SftConfig, workdir: Path) -> subprocess.Popen:
 
 def losses(events: list[dict]) -> list[float]:
     return [event["loss"] for event in events if event["event"] == "step"]
+
+
+def router_biases(store, name: str, tmp_path) -> list[torch.Tensor]:
+    """The routers' biases of a committed checkpoint, as plain transformers loads them."""
+    folder = store.open(name).download(tmp_path / name.replace("/", "-"))
+    return [router.e_score_correction_bias for router in routers(AutoModelForCausalLM.from_pretrained(str(folder)))]

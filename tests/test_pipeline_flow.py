@@ -85,6 +85,10 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
     for name in ("sft", "reasoning_rl", "agentic_rl", "train_orm", "general_rl", "distill"):
         assert f"{name}_loss.png" in report and (run_dir / f"{name}_loss.png").stat().st_size > 1000
     assert "kept of each teacher's score: sft " in report and ", reasoning_rl " in report
+    # Each policy's expert load over its job, a line and a layer × expert heat map (the ORM's trunk trains apart).
+    for name in ("sft", "reasoning_rl", "agentic_rl", "general_rl", "distill"):
+        assert f"{name}_expert_load.png" in report and (run_dir / f"{name}_expert_load.png").stat().st_size > 1000
+    assert report.count("- expert load over the job, per MoE layer: busiest expert ") == 5
     assert report.count("- groups with signal: ") == 3  # reasoning, agentic and general RL's dynamic sampling
     # The report is committed into the run's own store too, each stage's checkpoint a parent; the
     # pipeline's run page carries one summary table of every stage's metrics and checkpoint.

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from infra.store import open_store
 from stages.common.events import parse_event
-from tests.sft_fixtures import losses, run_sft, small_config, start_sft
+from tests.sft_fixtures import losses, router_biases, run_sft, small_config, start_sft
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +36,10 @@ def test_sigkill_then_rerun_resumes_from_the_last_committed_step(small_store, tm
                                                          config.resume_prefix + "step-000006"]
     uninterrupted = run_sft(small_config(small_store, "uninterrupted", checkpoint_every=3), tmp_path)
     assert losses(resumed) == pytest.approx(losses(uninterrupted)[3:], abs=1e-5)
+    # The routers' biases, which balancing moves after every step, went on from where the resume state left them.
+    biases = [router_biases(store, name, tmp_path) for name in (config.output_name, "checkpoints/sft/uninterrupted")]
+    assert biases[0] and all(bias.abs().sum() > 0 for bias in biases[0])
+    assert all(torch.equal(a, b) for a, b in zip(*biases, strict=True))
 
 
 def test_final_checkpoint_is_a_hugging_face_directory_and_a_rerun_is_a_no_op(small_store, tmp_path):

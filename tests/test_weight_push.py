@@ -5,9 +5,11 @@ SGLang's own shapes."""
 import pytest
 import requests
 import torch
+from transformers import AutoModelForCausalLM
 
 from infra.ports import free_port
 from model.dsa import install_dsa_indexers
+from model.moe_balance import routers
 from model.presets import build_model
 from rollout.client import scoring_payload
 from rollout.process import EngineProcess
@@ -16,6 +18,14 @@ from rollout.weight_push import BUCKET_BYTES, DistributedWeightPush
 from tests.sglang_types import request_fields
 
 BATCH = [[11, 12, 13, 14, 15, 16, 17, 18], [40, 41, 42, 43, 44], [7, 70, 700, 7, 70, 700, 7]]
+
+
+def steered(model):
+    """`model` with its routers' biases set far from 0: every token goes to the even experts."""
+    for router in routers(model):
+        bias = router.e_score_correction_bias
+        bias.copy_(torch.arange(bias.numel()) % 2 * -2.0 + 1.0)
+    return model
 
 
 def scores(url):
@@ -39,10 +49,20 @@ def test_the_requests_have_sglangs_fields(ours, theirs):
 @pytest.mark.parametrize("bucket_bytes", [BUCKET_BYTES, 0], ids=["one bucket", "a tensor per broadcast"])
 def test_two_engines_serve_the_trainers_weights_as_if_loaded_from_them(tokenizer, tmp_path, bucket_bytes):
     for name, seed in (("old", 1), ("trained", 2)):
-        build_model("glm5-tiny", tokenizer, seed=seed).save_pretrained(tmp_path / name)
+        model = build_model("glm5-tiny", tokenizer, seed=seed)
+        if name == "trained":  # with the routers' biases balancing moved (a buffer, not a parameter)
+            steered(model)
+        model.save_pretrained(tmp_path / name)
         tokenizer.save_pretrained(tmp_path / name)
-    trainer = build_model("glm5-tiny", tokenizer, seed=2)  # the "trained" weights, in the trainer's process
+    trainer = steered(build_model("glm5-tiny", tokenizer, seed=2))  # the "trained" weights, in the trainer's process
     install_dsa_indexers(trainer)
+    # The biases change what the model computes, and plain transformers loads them from the saved files.
+    plain = build_model("glm5-tiny", tokenizer, seed=2)
+    ids = torch.tensor([BATCH[0]])
+    assert not torch.allclose(plain(ids).logits, trainer(ids).logits, atol=1e-3)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "trained")
+    assert all(torch.equal(a.e_score_correction_bias, b.e_score_correction_bias)
+               for a, b in zip(routers(loaded), routers(trainer), strict=True))
     engines = [EngineProcess(str(tmp_path / "old"), tmp_path / f"engine-{i}.log", seed=i) for i in range(2)]
     fresh = EngineProcess(str(tmp_path / "trained"), tmp_path / "fresh.log")
     for engine in [*engines, fresh]:

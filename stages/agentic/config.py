@@ -16,6 +16,7 @@ from stages.common.config import (
     DynamicSamplingSettings,
     OptimizerSettings,
     RolloutRecordSettings,
+    RouterBalancing,
     SamplingSettings,
     StageIO,
 )
@@ -34,6 +35,8 @@ class AgenticRecipe(BaseModel):
     max_steps: int = Field(20, ge=1, description="optimizer steps")
     optimizer: OptimizerSettings = nested(OptimizerSettings(lr=5e-5, warmup_steps=2))
     compute: ComputeSettings = nested(ComputeSettings())
+    router_balancing: RouterBalancing = nested(RouterBalancing(enabled=False), "MoE load balancing by the routers' "
+                                               "biases: off in RL by default, as peers keep the router as SFT left it")
     sampling: SamplingSettings = nested(SamplingSettings())
     episode: EpisodeSettings = nested(EpisodeSettings())
     objective: ImportanceSettings = nested(ImportanceSettings())

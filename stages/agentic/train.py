@@ -39,6 +39,7 @@ from stages.common.policy import (
 )
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, padded_batch
+from stages.common.router_balance import RouterBalance
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
 from stages.common.training_engine import step_shape
@@ -53,6 +54,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     task_rows = agent_task_rows(load_split(stage.datasets, "train", workdir), list(config.tasks), config.data_seed)
     events.emit("data", **{f"{task}_prompts": len(rows) for task, rows in task_rows.items()})
     model = load_model(stage.init_dir).eval()
+    balance = RouterBalance(model, config.router_balancing)
     # Each rank trains its own groups; a step's micro-batches hold segments (rollout@1 rows), as many as
     # its rollouts have turns.
     shape = step_shape(config.groups_per_step * config.group_size * dist.world_size, dist.world_size,
@@ -91,6 +93,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
                     engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite, step + 1,
                     importance_loss_of(advantages, config.objective),
                     mean_over="tokens")
+                routing = balance.after_step(last=step + 1 == config.max_steps)
                 samples = agentic_rows(config.stage_name, step + 1, groups, drawn.rewards, rollout_advantages,
                                        trained.logp_old, importance_mask(trained.logp_old, batch.logp_infer,
                                                                          config.objective), version)
@@ -108,7 +111,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
             checkpointer.end_of_step(
                 step_metrics(step + 1, trained, engine.get_lr()[0], rewards, drawn, difficulty, health, version, batch,
                              producer.replica_stats(), train_s=training.seconds, push_s=push_s,
-                             samples_per_s=trained_samples / run.seconds),
+                             samples_per_s=trained_samples / run.seconds) | routing,
                 samples=samples)
     return checkpointer.finish()
 

@@ -135,6 +135,16 @@ class ComputeSettings(BaseModel):
     lora: LoraSettings = nested(LoraSettings())
 
 
+class RouterBalancing(BaseModel):
+    """Auxiliary-loss-free MoE load balancing (DeepSeek-V3's, as GLM-5 trains): after each optimizer step every
+    expert's router bias moves by `rate` toward its layer's mean load (model/moe_balance.py). Expert load is
+    measured and recorded either way."""
+
+    model_config = STRICT
+    enabled: bool = Field(True, description="update the routers' biases after each step")
+    rate: float = Field(1e-3, gt=0, le=1, description="γ, the bias step per optimizer step (DeepSeek-V3: 0.001)")
+
+
 class SamplingSettings(BaseModel):
     """How the policy samples its training responses."""
 

@@ -49,24 +49,38 @@ def rank_share(items: list, rank: int, per_rank: int) -> list:
 
 def all_mean(value: float) -> float:
     """The mean of a scalar over ranks (for logging the same curve whatever the world size)."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return value
-    tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return tensor.item() / dist.get_world_size()
+    return all_sum(torch.tensor([value], dtype=torch.float64)).item() / world_size()
 
 
 def all_max(value: float) -> float:
     """The largest value of a scalar over ranks (what every rank must wait for, or make room for)."""
     import torch.distributed as dist
 
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return value
-    tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return tensor.item()
+    return _reduced(torch.tensor([value], dtype=torch.float64), dist.ReduceOp.MAX).item()
+
+
+def all_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` (on the CPU) summed over ranks, on the CPU."""
+    import torch.distributed as dist
+
+    return _reduced(tensor, dist.ReduceOp.SUM)
+
+
+def world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def _reduced(tensor: torch.Tensor, op) -> torch.Tensor:
+    """All-reduced over ranks. NCCL reduces only tensors on a GPU: the value goes there and back."""
+    import torch.distributed as dist
+
+    if world_size() == 1:
+        return tensor
+    reduced = tensor.to("cuda" if torch.cuda.is_available() else "cpu", copy=True)
+    dist.all_reduce(reduced, op=op)
+    return reduced.cpu()
 
 
 def all_gather_objects(value) -> list:

@@ -14,6 +14,7 @@ from stages.common.config import (
     ComputeSettings,
     OptimizerSettings,
     RolloutRecordSettings,
+    RouterBalancing,
     SamplingSettings,
     StageIO,
 )
@@ -52,6 +53,8 @@ class DistillRecipe(BaseModel):
     max_steps: int = Field(20, ge=1, description="optimizer steps")
     optimizer: OptimizerSettings = nested(OptimizerSettings(lr=2e-5, warmup_steps=2))
     compute: ComputeSettings = nested(ComputeSettings())
+    router_balancing: RouterBalancing = nested(RouterBalancing(enabled=False), "MoE load balancing by the routers' "
+                                               "biases: off in RL by default, as peers keep the router as SFT left it")
     sampling: SamplingSettings = nested(SamplingSettings())
     objective: IcePopSettings = nested(IcePopSettings())
     episode: EpisodeSettings = Field(EpisodeSettings(), description="turns and context management of the agent episodes")

@@ -37,6 +37,7 @@ from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, padded_batch
+from stages.common.router_balance import RouterBalance
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
 from stages.common.training_engine import step_shape
@@ -60,6 +61,7 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
                 teachers={t.source: a.uri for t, a in zip(config.teachers, teachers, strict=True)})
 
     model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
+    balance = RouterBalance(model, config.router_balancing)
     shape = step_shape(config.prompts_per_step, dist.world_size, config.compute.micro_batch_size, "prompts_per_step")
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, teachers=teachers,
@@ -91,12 +93,13 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
                 trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
                                       finite, step + 1, distill_loss_of(logp_teacher, config.objective),
                                       mean_over="sequences")
+                routing = balance.after_step(last=step + 1 == config.max_steps)
             student.push(step + 1)
 
             checkpointer.end_of_step(
                 step_metrics(step + 1, trained, engine.get_lr()[0], batch, rows, logp_teacher, list(shares),
                              episodes if agent_tasks else None, dist, rollout_s=rollout.seconds,
-                             teacher_s=teaching.seconds, train_s=training.seconds),
+                             teacher_s=teaching.seconds, train_s=training.seconds) | routing,
                 samples=distill_rows(config.stage_name, step + 1, dist.rank, rows, trained.logp_old, logp_teacher,
                                      icepop_in_band(trained.logp_old, batch.logp_infer, config.objective)))
     return checkpointer.finish()

@@ -16,6 +16,7 @@ from stages.common.config import (
     DynamicSamplingSettings,
     OptimizerSettings,
     RolloutRecordSettings,
+    RouterBalancing,
     SamplingSettings,
     StageIO,
 )
@@ -65,6 +66,8 @@ class GrpoRecipe(BaseModel):
     max_steps: int = Field(40, ge=1, description="optimizer steps")
     optimizer: OptimizerSettings = nested(OptimizerSettings(lr=5e-5, warmup_steps=5))
     compute: ComputeSettings = nested(ComputeSettings())
+    router_balancing: RouterBalancing = nested(RouterBalancing(enabled=False), "MoE load balancing by the routers' "
+                                               "biases: off in RL by default, as peers keep the router as SFT left it")
     sampling: SamplingSettings = nested(SamplingSettings())
     objective: IcePopSettings = nested(IcePopSettings())
     rewards: list[RewardSpec] = Field(default_factory=list, description="default: the stage's own rewards")

@@ -35,6 +35,7 @@ from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.prompts import RlPrompt
 from stages.common.rl_batches import TrainBatch, train_batch
+from stages.common.router_balance import RouterBalance
 from stages.common.timing import timed
 from stages.common.training_engine import step_shape
 from stages.grpo.anchors import anchor_weights, behaviour_logprobs, is_anchor, policy_requests, with_anchor_members
@@ -52,6 +53,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
     dist, events, workdir = stage.dist, stage.events, stage.workdir
     anchors_on = anchors is not None and anchors.enabled
     model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
+    balance = RouterBalance(model, config.router_balancing)
     rewards, reward_refs = load_rewards(config)
     events.emit("data", train_prompts=len(prompts), rewards=[r.name for r in rewards])
 
@@ -89,6 +91,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 loss_of = grpo_loss_of(advantages, is_anchor_member, config.objective, anchors if anchors_on else None)
                 trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
                                       finite, step + 1, loss_of, mean_over="sequences")
+                routing = balance.after_step(last=step + 1 == config.max_steps)
             # The tokens IcePop kept, on record: the gate compares the trainer's θ_old with what sampled each token.
             in_band = icepop_in_band(trained.logp_old, behaviour_logprobs(batch.logp_infer, trained.logp_old,
                                                                           is_anchor_member), config.objective)
@@ -99,7 +102,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 step_metrics(step + 1, trained, engine.get_lr()[0], groups, samples, is_anchor_member, batch,
                              policy.fleet, dist, sampler.difficulty_metrics(), generate_s=sampler.generate_s,
                              reward_s=sampler.reward_s,
-                             train_s=training.seconds, push_s=pushing.seconds),
+                             train_s=training.seconds, push_s=pushing.seconds) | routing,
                 samples=grpo_rows(config.stage_name, step + 1, dist.rank, [step_prompts[g] for g in chosen], samples,
                                   scores, rewards_by_group, advantages, is_anchor_member, trained.logp_old, in_band))
     return checkpointer.finish()

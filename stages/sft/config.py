@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, Field, WithJsonSchema, model_validator
 
-from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings, StageIO
+from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings, RouterBalancing, StageIO
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, nested
 
 ThinkingMode = Literal["interleaved", "preserved", "off"]
@@ -46,6 +46,7 @@ class SftRecipe(BaseModel):
     max_steps: int = Field(600, ge=1, description="optimizer steps")
     optimizer: OptimizerSettings = nested(OptimizerSettings(lr=3e-3, warmup_steps=30))
     compute: ComputeSettings = nested(ComputeSettings())
+    router_balancing: RouterBalancing = nested(RouterBalancing())
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine decay to this share of the peak lr")
     heldout: HeldoutSettings = Field(HeldoutSettings(every=100, samples=128), description="held-out loss while training")
     checkpoint_every: int = Field(100, ge=1, description="Commit resume state every this many steps.")

@@ -17,6 +17,7 @@ from stages.common.checkpointer import StageCheckpointer
 from stages.common.distributed import Dist, all_mean
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split
+from stages.common.router_balance import RouterBalance
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
 from stages.common.training_engine import StepShape, adapt_model, deepspeed_engine, peak_memory_mb, step_shape
@@ -31,6 +32,7 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     dist, events = stage.dist, stage.events
     tokenizer = stage.tokenizer()
     model = load_model(stage.init_dir)
+    balance = RouterBalance(model, config.router_balancing)
     # A model without DSA's indexer (Glm4MoeForCausalLM) trains dense throughout: the DSA steps are skipped.
     schedule = config.dsa if install_dsa_indexers(model) else DsaSchedule(dense_steps=config.max_steps,
                                                                            indexer_warmup_steps=0)
@@ -61,6 +63,7 @@ def train(config: SftConfig, stage: StageInputs) -> str:
             losses = train_step(engine, step_samples, pad_id, shape.micro, phase, schedule.indexer_loss_weight, finite,
                                 step + 1)
         record = step_metrics(step + 1, phase, losses, engine, step_samples, training.seconds, dist)
+        record |= balance.after_step(last=step + 1 == config.max_steps)
         if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
             record["heldout_loss"] = heldout_loss(engine.module, heldout_samples, pad_id,
                                                   config.heldout.batch_size or shape.micro, engine.device)
