@@ -3,7 +3,9 @@
 #   1. the smoke pipeline end to end on CUDA (every stage; bf16, the GPU default);
 #   2. SFT tokens/s and model FLOPs utilisation of glm5-small in bf16 (bench/sft_throughput.py);
 #   3. the rollout engine's decode tokens/s against transformers' generate on the GPU (bench/rollout_throughput.py);
-#   4. the first 5 SFT losses in fp32 on the GPU against the CPU: same weights, same batches. Tolerance:
+#   4. the MoE experts' kernels, forward + backward tokens/s of glm5-small in bf16 (bench/moe_experts.py), which
+#      `compute.experts_kernel: auto` follows on a GPU;
+#   5. the first 5 SFT losses in fp32 on the GPU against the CPU: same weights, same batches. Tolerance:
 #      1e-3 relative. fp32 on both (no TF32), but the GPU's kernels sum in another order, and Adam turns
 #      rounding in a near-zero gradient into a visible difference within a few steps.
 # Needs the project's .venv with a CUDA build of torch (`make venv` on a GPU machine, see the Makefile).
@@ -23,6 +25,7 @@ smoke_s=$(( $(date +%s) - started ))
 
 $PY bench/sft_throughput.py --model glm5-small --precision bf16 --batch 64 --rounds 3 --steps 10 > "$scratch/sft.json"
 $PY bench/rollout_throughput.py --model glm5-small --batch 64 --prompt-len 64 --new-tokens 128 --rounds 3 > "$scratch/decode.json"
+$PY bench/moe_experts.py --presets glm5-small --batch 16 --seq 512 --rounds 3 --out "$scratch/moe.json" > /dev/null
 $PY bench/sft_throughput.py --losses --steps 5 --precision fp32 > "$scratch/losses_gpu.json"
 CUDA_VISIBLE_DEVICES="" $PY bench/sft_throughput.py --losses --steps 5 --precision fp32 > "$scratch/losses_cpu.json"
 
@@ -41,6 +44,7 @@ print(json.dumps({
                        "log_tail": (scratch / "pipeline.log").read_text()[-1500:] if os.environ["SMOKE"] != "0" else ""},
     "sft_glm5_small_bf16": read("sft.json"),
     "decode_glm5_small": read("decode.json"),
+    "moe_experts_glm5_small_bf16": read("moe.json"),
     "fp32_losses_gpu_vs_cpu": {"gpu": gpu, "cpu": cpu, "max_relative_difference": max(relative),
                                "tolerance": 1e-3, "within": max(relative) <= 1e-3},
 }, indent=2))

@@ -65,6 +65,10 @@ ROLLOUT_V1 = Contract(
             optional("turn_starts", list_of(pa.int32())),
             # A reference reply trained as an off-policy group member (general RL's anchors).
             optional("anchor", pa.bool_()),
+            # The experts the engine routed each position to, as SGLang returns them (meta_info.routed_experts:
+            # base64 of int32 [prompt + response tokens - 1, num_hidden_layers, top_k], zeros on layers that do
+            # not route); what routing replay trained through (model/routing.py). Null for a model without MoE.
+            optional("routed_experts", pa.string()),
         ]
     ),
     token_columns=("prompt_ids", "response_ids", "loss_mask", "rollout_logprobs", "old_logprobs", "teacher_logprobs"),

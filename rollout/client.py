@@ -28,12 +28,17 @@ class Sample:
     output_logprobs: list[float]
     finish_reason: str  # "stop" or "length"
     weight_version: str
+    # SGLang's meta_info.routed_experts (base64; model/routing.py), where the request asked for it.
+    routed_experts: str | None = None
 
 
-def generate_payload(prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True) -> dict:
-    """A /generate body in SGLang's shape; sampling parameters left at SGLang's defaults are not sent."""
+def generate_payload(prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True,
+                     routed_experts: bool = False) -> dict:
+    """A /generate body in SGLang's shape; sampling parameters left at SGLang's defaults are not sent.
+    `routed_experts`: each position's experts back in meta_info (SGLang serves them with
+    --enable-return-routed-experts)."""
     return {"input_ids": prompts, "sampling_params": sampling.model_dump(exclude_defaults=True),
-            "return_logprob": return_logprob}
+            "return_logprob": return_logprob, **({"return_routed_experts": True} if routed_experts else {})}
 
 
 def scoring_payload(prompts: list[list[int]]) -> dict:
@@ -51,7 +56,7 @@ def samples_from_answer(base_url: str, prompts: list[list[int]], answer: list) -
         raise EngineRequestError(f"{base_url}: the engine aborted a generation: {aborted[0].message}")
     return [
         Sample(prompt, o.output_ids, [lp for lp, _, _ in o.meta_info.output_token_logprobs or []],
-               o.meta_info.finish_reason.type, o.meta_info.weight_version or "")
+               o.meta_info.finish_reason.type, o.meta_info.weight_version or "", o.meta_info.routed_experts)
         for prompt, o in zip(prompts, outputs, strict=True)
     ]
 
@@ -90,8 +95,9 @@ class EngineClient:
                     raise
                 time.sleep(0.2)
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True) -> list[Sample]:
-        answer = self._post("/generate", generate_payload(prompts, sampling, return_logprob))
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True,
+                 routed_experts: bool = False) -> list[Sample]:
+        answer = self._post("/generate", generate_payload(prompts, sampling, return_logprob, routed_experts))
         return samples_from_answer(self.base_url, prompts, answer)
 
     def prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float | None]]:

@@ -74,9 +74,9 @@ class Fleet:
         return sample[0]
 
     async def generate_batch(self, key: str, prompts: list[list[int]], sampling: SamplingParams,
-                             return_logprob: bool = True) -> tuple[list[Sample], str]:
+                             return_logprob: bool = True, routed_experts: bool = False) -> tuple[list[Sample], str]:
         """A batch on the replica `key` hashes to (asked again if it fails there), and that replica."""
-        answer, replica = await self._answered(key, generate_payload(prompts, sampling, return_logprob))
+        answer, replica = await self._answered(key, generate_payload(prompts, sampling, return_logprob, routed_experts))
         return samples_from_answer(replica, prompts, answer), replica
 
     async def score_batch(self, key: str, prompts: list[list[int]]) -> list[list[float | None]]:

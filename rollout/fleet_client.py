@@ -31,11 +31,14 @@ class FleetClient:
         self._thread.start()
         self.fleet: Fleet = self._call(self._open())
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True) -> list[Sample]:
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True,
+                 routed_experts: bool = False) -> list[Sample]:
         if not self.routed:
-            return self._call(self.fleet.generate_batch(self.base_url, prompts, sampling, return_logprob))[0]
+            return self._call(self.fleet.generate_batch(self.base_url, prompts, sampling, return_logprob,
+                                                        routed_experts))[0]
         groups = [list(run) for _, run in itertools.groupby(prompts)]
-        batches = [self.fleet.generate_batch(_key(group[0]), group, _group_sampling(sampling, index), return_logprob)
+        batches = [self.fleet.generate_batch(_key(group[0]), group, _group_sampling(sampling, index), return_logprob,
+                                             routed_experts)
                    for index, group in enumerate(groups)]
         answered = self._call(_all(batches))
         return [sample for samples, _ in answered for sample in samples]

@@ -113,6 +113,9 @@ class UniformBatch:
     return_logprob: bool = False
     # SGLang's convention: prompt logprobs from this position on; -1 returns none.
     logprob_start_len: int = -1
+    # The experts each position was routed to (model/routing.py), from this position on.
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
 
     def wants_prompt_logprobs(self) -> bool:
         # A prefill-only request asking for logprobs is scoring the prompt (distillation's teachers).
@@ -120,7 +123,8 @@ class UniformBatch:
 
     def settings_key(self) -> str:
         """Equal for batches the engine may decode as one."""
-        return f"{self.sampling.model_dump_json()}|{self.return_logprob}|{self.logprob_start_len}"
+        return (f"{self.sampling.model_dump_json()}|{self.return_logprob}|{self.logprob_start_len}|"
+                f"{self.return_routed_experts}|{self.routed_experts_start_len}")
 
 
 def _per_prompt(name: str, value, count: int) -> list:
@@ -139,6 +143,8 @@ class GenerateRequest(BaseModel):
     return_logprob: bool | Bools | None = False
     logprob_start_len: int | Ints | None = -1
     rid: str | Strs | None = None
+    return_routed_experts: bool | Bools | None = False
+    routed_experts_start_len: int | Ints | None = 0
     # SGLang's fields this engine cannot honour: accepted at their "off" value (what SGLang's router sends).
     text: str | Strs | None = None
     stream: bool | None = False
@@ -155,7 +161,7 @@ class GenerateRequest(BaseModel):
         if empty:
             raise ValueError(f"input_ids[{empty[0]}]: empty prompt")
         for name in ("sampling_params", "return_logprob", "logprob_start_len", "rid", "top_logprobs_num",
-                     "return_hidden_states"):
+                     "return_hidden_states", "return_routed_experts", "routed_experts_start_len"):
             _per_prompt(name, getattr(self, name), len(prompts))
         unserved = [name for name, wanted in (
             ("text", self.text is not None), ("stream", bool(self.stream)),
@@ -186,9 +192,13 @@ class GenerateRequest(BaseModel):
         prompts = self.prompts()
         returns = _per_prompt("return_logprob", self.return_logprob, len(prompts))
         starts = _per_prompt("logprob_start_len", self.logprob_start_len, len(prompts))
+        routed = _per_prompt("return_routed_experts", self.return_routed_experts, len(prompts))
+        routed_starts = _per_prompt("routed_experts_start_len", self.routed_experts_start_len, len(prompts))
         groups: dict[str, tuple[list[int], UniformBatch]] = {}
-        for index, (prompt, sampling, wants, start) in enumerate(zip(prompts, self.sampling(), returns, starts, strict=True)):
-            batch = UniformBatch([], sampling, bool(wants), -1 if start is None else start)
+        for index, (prompt, sampling, wants, start, routes, routed_start) in enumerate(zip(
+                prompts, self.sampling(), returns, starts, routed, routed_starts, strict=True)):
+            batch = UniformBatch([], sampling, bool(wants), -1 if start is None else start, bool(routes),
+                                 routed_start or 0)
             indices, group = groups.setdefault(batch.settings_key(), ([], batch))
             indices.append(index)
             group.prompts.append(prompt)
@@ -270,6 +280,7 @@ class MetaInfo(BaseModel):
     weight_version: str | None = None
     output_token_logprobs: list[LogprobEntry] | None = None
     input_token_logprobs: list[LogprobEntry] | None = None
+    routed_experts: str | None = None  # base64 int32 [positions, num_hidden_layers, top_k] (model/routing.py)
 
 
 class GenerateOutput(BaseModel):

@@ -65,7 +65,7 @@ def rollout_row(i):
         "stage": "agentic_rl", "step": 7, "old_logprobs": [-0.5, -0.5, -2.0, -1.0], "teacher_logprobs": None,
         "reward_scores": [{"module": "exact", "score": 1.0}, {"module": "judge", "score": None}],
         "reward_input": '{"prompt": [], "reference": "4", "metadata": {}}', "advantage": 0.5 if i % 2 else -0.5,
-        "staleness": 1, "masked_fraction": 1 / 3, "turn_starts": [0, 3], "anchor": False,
+        "staleness": 1, "masked_fraction": 1 / 3, "turn_starts": [0, 3], "anchor": False, "routed_experts": None,
     }
 
 

@@ -63,7 +63,7 @@ def rollout_rows(draw):
         "advantage": draw(st.none() | FINITE), "staleness": draw(st.none() | st.integers(0, 2**40)),
         "masked_fraction": draw(st.none() | st.floats(0.0, 1.0)),
         "turn_starts": draw(st.none() | st.lists(st.integers(0, length - 1), min_size=1, max_size=3).map(sorted)),
-        "anchor": draw(st.none() | st.booleans()),
+        "anchor": draw(st.none() | st.booleans()), "routed_experts": draw(st.none() | TEXT),
     }
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from data_contracts import PROMPT_V1
 from data_prep.prepare import publish_prompts
+from infra.rollouts import recorded_shards
 from infra.store import open_store
 from model.tokenizer import load_tokenizer
 from stages.common.inputs import load_split
@@ -52,6 +53,8 @@ def test_general_rl_trains_on_prompts_and_records_every_mixed_module_in_lineage(
     steps = [e for e in run_stage_job("stages.grpo.general", config, tmp_path) if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
     assert all("reward/mixed" in s and s["dropped_groups"] == 0 for s in steps)  # every instruct sample scored
+    # The engine and the trainer (same weights, fp32) route each token to the same experts.
+    assert all(s["routing_agreement"] >= 0.99 for s in steps)
     lineage = open_store(small_store["root"]).open(config.output_name).lineage()
     refs = {ref["path"]: ref for ref in lineage["reward_modules"]}
     assert set(refs) == {"rewards.mix.MixedReward", "rewards.rules.InstructGate", "rewards.rules.InstructSoft"}
@@ -68,11 +71,16 @@ def test_chat_prompts_train_with_the_orm_and_anchor_replies_as_off_policy_member
     config = GeneralRlConfig(run_id="general-anchors", store=small_store["root"], init_checkpoint=small_store["init"],
                              datasets=[published_prompts(small_store, "chat").uri], group_size=3, prompts_per_step=2,
                              max_steps=2, sampling={"max_new_tokens": 12}, optimizer={"warmup_steps": 1},
-                             anchors={"enabled": True},
+                             anchors={"enabled": True}, routing_replay=True,
                              rewards=[{"path": "rewards.mix.MixedReward", "params": {"domains": {"chat": [orm]}}}])
     steps = [e for e in run_stage_job("stages.grpo.general", config, tmp_path) if e["event"] == "step"]
     # Every chat prompt has its anchor: one of the three seats of each of the two groups.
     assert [s["anchor_members"] for s in steps] == [2, 2]
+    # The sampled members train through the engine's experts; an anchor, which no engine routed, through its own.
+    assert all(s["routing_agreement"] >= 0.99 for s in steps)
+    rows = [row for shard in recorded_shards(open_store(small_store["root"]).open(config.output_name))
+            for row in shard.table().to_pylist()]
+    assert [row["routed_experts"] is None for row in rows] == [row["anchor"] for row in rows]
     assert all(s["dropped_groups"] == 0 and 0 < s["reward/mixed"] < 1 for s in steps)
     lineage = open_store(small_store["root"]).open(config.output_name).lineage()
     refs = {ref["path"]: ref for ref in lineage["reward_modules"]}

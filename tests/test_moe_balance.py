@@ -4,10 +4,13 @@ toward its layer's mean load by γ, adding up in fp32 whatever the buffer's dtyp
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from infra.store import open_store
 from model.moe_balance import BIAS, RouterLoad, load_figures, routers
 from model.presets import build_model
+from stages.common.config import ComputeSettings
+from stages.common.training_engine import AUTO_EXPERTS_KERNEL, adapt_model
 from tests.sft_fixtures import router_biases, run_sft, small_config
 
 
@@ -80,3 +83,18 @@ def test_sft_balances_its_routers_and_keeps_the_load_on_record(small_store, tmp_
     off_steps = [event for event in run_sft(off, tmp_path) if event["event"] == "step"]
     assert all("expert_load" in step for step in off_steps)  # measured either way
     assert all(bias.abs().sum() == 0 for bias in router_biases(store, off.output_name, tmp_path))
+
+
+def test_the_experts_kernel_is_the_one_compute_names_and_each_computes_the_same(tokenizer):
+    model = build_model("glm5-tiny", tokenizer, seed=0)
+    ids = torch.randint(3, 100, (2, 16))
+    losses = {}
+    for kernel in ("eager", "batched_mm", "grouped_mm"):
+        adapt_model(model, ComputeSettings(experts_kernel=kernel))
+        assert model.config._experts_implementation == kernel
+        losses[kernel] = model(input_ids=ids, labels=ids).loss.item()
+    assert max(losses.values()) - min(losses.values()) < 1e-5
+    adapt_model(model, ComputeSettings())  # auto: what bench/moe_experts.py measured fastest here
+    assert model.config._experts_implementation == AUTO_EXPERTS_KERNEL["cpu"]
+    with pytest.raises(ValidationError, match="experts_kernel"):
+        ComputeSettings(experts_kernel="fused")

@@ -14,12 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from model.presets import build_model
+from model.routing import decode_routed
 from rollout.client import generate_payload, scoring_payload
 from rollout.fleet import Fleet
 from rollout.process import EngineProcess, RouterProcess
 from rollout.protocol import ENGINE_HEADER, NO_TOP_K, SamplingParams
 from rollout.router import ROUTING_KEY_HEADER
-from tests.sglang_types import api_types
+from tests.sglang_types import api_types, request_fields
 
 PROMPTS = [[11, 12, 13, 14, 15], [21, 22, 23], [31, 32, 33, 34]]
 
@@ -55,6 +56,20 @@ def test_every_generate_request_our_client_sends_is_one_sglang_accepts(sampling,
     assert parsed.sampling_params.temperature == sampling.temperature
     scoring = api_types().GenerateRequest.from_json_value(scoring_payload(PROMPTS))
     assert (scoring.sampling_params.max_new_tokens, scoring.logprob_start_len) == (0, 0)
+
+
+def test_routed_experts_are_asked_for_and_answered_in_sglangs_names(engine_url):
+    """SGLang's /generate takes return_routed_experts (io_struct's GenerateReqInput; its typed v1 API has not
+    got it yet) and answers meta_info.routed_experts; so do our client and engine."""
+    payload = generate_payload(PROMPTS, SamplingParams(max_new_tokens=3), routed_experts=True)
+    accepted = request_fields("srt/managers/io_struct.py", "GenerateReqInput")
+    assert {key for key in payload if key not in ("input_ids", "sampling_params", "return_logprob")} == \
+        {"return_routed_experts"} <= set(accepted)
+    assert "routed_experts_start_len" in accepted
+    answer = requests.post(f"{engine_url}/generate", json=payload | {"routed_experts_start_len": 2}, timeout=60).json()
+    for prompt, output in zip(PROMPTS, answer, strict=True):
+        routed = decode_routed(output["meta_info"]["routed_experts"], 3, 2)  # glm5-tiny: 3 layers, top-2
+        assert len(routed) == len(prompt) + len(output["output_ids"]) - 1 - 2  # from position 2 on
 
 
 def test_the_engine_answers_batched_per_item_requests_in_sglangs_shape(engine_url):

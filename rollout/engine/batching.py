@@ -12,7 +12,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rollout.engine.generation import Completion, Engine
 from rollout.protocol import UniformBatch
@@ -52,8 +52,7 @@ class RequestBatcher:
             await self._serve_alone(group[0])
             return
         first = group[0].batch
-        merged = UniformBatch([p for g in group for p in g.batch.prompts], first.sampling, first.return_logprob,
-                              first.logprob_start_len)
+        merged = replace(first, prompts=[p for g in group for p in g.batch.prompts])
         try:
             completions, version = await asyncio.wrap_future(self.run(self.engine.generate, merged))
         except ValueError:  # one bad request must not fail the others: name it alone

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from model.device import inference_device, torch_dtype
@@ -21,6 +22,7 @@ from model.dsa import install_dsa_indexers, set_dense_attention
 from model.logprobs import next_token_logprobs
 from model.precision import Precision
 from model.presets import load_model
+from model.routing import RoutingCapture, moe_layers
 from rollout.protocol import GREEDY_BELOW, FinishReason, SamplingParams, UniformBatch
 
 
@@ -39,6 +41,8 @@ class Completion:
     finish_reason: FinishReason
     # None for the first token (nothing precedes it); only filled when the request asked for them.
     prompt_logprobs: list[float | None] | None = None
+    # [positions run, num_hidden_layers, top_k] int32 (model/routing.py), when the request asked for them.
+    routed_experts: np.ndarray | None = None
 
 
 class Engine:
@@ -63,6 +67,7 @@ class Engine:
         self.eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         self.pad_id = model.config.pad_token_id or 0
         self.max_context = self._max_context_override or model.config.max_position_embeddings
+        self.routing, self.moe_layers = RoutingCapture(model), moe_layers(model)
 
     def update_weights(self, checkpoint_dir: str | Path, weight_version: str | None = None) -> str:
         """Serve another checkpoint of the same architecture; returns the new weight version."""
@@ -106,8 +111,12 @@ class Engine:
         ids, mask = (tensor.to(self.device) for tensor in left_padded(prompts, self.pad_id))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         want_prompt = batch.wants_prompt_logprobs()
+        # A model without MoE layers routes nothing: no routed experts to return.
+        routed = RoutedPositions(self, prompts) if batch.return_routed_experts and self.moe_layers else None
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=0 if want_prompt else 1)
+        if routed is not None:
+            routed.prefilled(ids.shape[1])
         prompt_logprobs = _prompt_logprobs(out.logits, ids, prompts, batch.logprob_start_len) if want_prompt else None
         budgets = [min(params.max_new_tokens, self.max_context - len(p)) for p in prompts]
         stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
@@ -148,10 +157,46 @@ class Engine:
             out = self.model(input_ids=tokens[:, None], attention_mask=visible, position_ids=positions,
                              past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[:, -1, :]
+            if routed is not None:
+                routed.decoded(active)
         return [
-            Completion(outputs[i], logprobs[i], finish[i], None if prompt_logprobs is None else prompt_logprobs[i])
+            Completion(outputs[i], logprobs[i], finish[i], None if prompt_logprobs is None else prompt_logprobs[i],
+                       None if routed is None else routed.of(i, len(outputs[i]), batch.routed_experts_start_len))
             for i in range(len(prompts))
         ]
+
+
+class RoutedPositions:
+    """The experts each prompt's positions were routed to over one `_generate`, gathered from the engine's
+    routing capture after each forward: the prompt's own columns of the left-padded prefill, then one position
+    per decoding step of the rows still in the batch."""
+
+    def __init__(self, engine: Engine, prompts: list[list[int]]):
+        self.engine, self.prompts = engine, prompts
+        self.rows: list[list[torch.Tensor]] = [[] for _ in prompts]  # per prompt: [positions, moe layers, top_k]
+        engine.routing.recording = True
+
+    def prefilled(self, width: int) -> None:
+        chosen = torch.stack(self.engine.routing.last(), dim=1)  # [rows × width, moe layers, top_k]
+        chosen = chosen.view(len(self.prompts), width, *chosen.shape[1:])
+        for row, prompt in enumerate(self.prompts):
+            self.rows[row].append(chosen[row, width - len(prompt):])
+
+    def decoded(self, active: list[int]) -> None:
+        chosen = torch.stack(self.engine.routing.last(), dim=1)  # [active rows, moe layers, top_k]
+        for position, row in enumerate(active):
+            self.rows[row].append(chosen[position:position + 1])
+
+    def of(self, row: int, completion_tokens: int, start: int) -> np.ndarray:
+        """SGLang's layout: every position run but the last sampled token's, all layers (zeros where a layer
+        does not route), from `start` on. A row that finished still ran its last token in the step that
+        finished it; that position is cut as SGLang never runs it."""
+        self.engine.routing.recording = False
+        chosen = torch.cat(self.rows[row])[:len(self.prompts[row]) + completion_tokens - 1]
+        layers = len(self.engine.model.get_decoder().layers)
+        full = np.zeros((chosen.shape[0], layers, chosen.shape[-1]), dtype=np.int32)
+        full[:, self.engine.moe_layers] = chosen.numpy()
+        return full[min(start, len(full)):]
 
 
 def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

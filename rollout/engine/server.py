@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse
 from infra.lifetime import end_process, exit_with_owner
 from infra.store import open_artifact
 from model.precision import Precision
+from model.routing import encode_routed
 from rollout.auth import API_KEY_ENV, api_key, require_api_key
 from rollout.engine.batching import RequestBatcher
 from rollout.engine.generation import Completion, Engine, PromptError
@@ -96,6 +97,8 @@ def generate_output(prompt: list[int], completion: Completion, batch: UniformBat
     if completion.prompt_logprobs is not None:
         start = max(batch.logprob_start_len, 0)
         meta.input_token_logprobs = [(lp, t, None) for lp, t in zip(completion.prompt_logprobs, prompt[start:], strict=True)]
+    if completion.routed_experts is not None:
+        meta.routed_experts = encode_routed(completion.routed_experts)
     wire = GenerateOutput(output_ids=completion.output_ids, meta_info=meta).model_dump(exclude_none=True)
     wire["meta_info"]["finish_reason"] = completion.finish_reason.wire()
     return wire

@@ -93,7 +93,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
                     engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite, step + 1,
                     importance_loss_of(advantages, config.objective),
                     mean_over="tokens")
-                routing = balance.after_step(last=step + 1 == config.max_steps)
+                expert_load = balance.after_step(last=step + 1 == config.max_steps)
                 samples = agentic_rows(config.stage_name, step + 1, groups, drawn.rewards, rollout_advantages,
                                        trained.logp_old, importance_mask(trained.logp_old, batch.logp_infer,
                                                                          config.objective), version)
@@ -111,7 +111,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
             checkpointer.end_of_step(
                 step_metrics(step + 1, trained, engine.get_lr()[0], rewards, drawn, difficulty, health, version, batch,
                              producer.replica_stats(), train_s=training.seconds, push_s=push_s,
-                             samples_per_s=trained_samples / run.seconds) | routing,
+                             samples_per_s=trained_samples / run.seconds) | expert_load,
                 samples=samples)
     return checkpointer.finish()
 

@@ -131,6 +131,10 @@ class ComputeSettings(BaseModel):
         None, ge=1, description="sequences per rank per forward pass; the rest of the rank's share accumulates "
                                 "gradients (global batch = micro × accumulation × ranks); default: the whole share")
     activation_checkpointing: bool = Field(False, description="recompute each layer's activations in backward")
+    experts_kernel: Literal["auto", "eager", "batched_mm", "grouped_mm"] = Field(
+        "auto", description="how the MoE experts compute (transformers' implementations: a loop over the experts, "
+                            "one batched matmul, torch's grouped matmul); auto: the fastest bench/moe_experts.py "
+                            "measured on the device")
     offload_optimizer: bool = Field(False, description="keep optimizer state in CPU memory (ZeRO stage 1 or more)")
     lora: LoraSettings = nested(LoraSettings())
 

@@ -10,12 +10,14 @@ sum to the loss of the whole batch (stages/common/micro_batches.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from model.logprobs import scored_logprobs
+from model.routing import ReplayedRouting
 from stages.common.finite import FiniteSteps
 from stages.common.micro_batches import merged_stats, micro_slices
 from stages.common.rl_batches import TrainBatch
@@ -31,8 +33,11 @@ class PolicyStep:
 
 
 def policy_step(engine, batch: TrainBatch, micro: int | None, temperature: float, finite: FiniteSteps, step: int,
-                loss_of: LossOf, mean_over: Literal["sequences", "tokens"]) -> PolicyStep:
-    """Train once on `batch` (CPU tensors), `micro` sequences at a time (None: all at once)."""
+                loss_of: LossOf, mean_over: Literal["sequences", "tokens"], routing: ReplayedRouting | None = None,
+                replay: bool = False) -> PolicyStep:
+    """Train once on `batch` (CPU tensors), `micro` sequences at a time (None: all at once). With `routing` and
+    the batch's routed experts, the step reports its routing agreement with the engine, and with `replay`
+    its forwards (and backwards) use the engine's experts (model/routing.py)."""
     rows, tokens = batch.input_ids.shape[0], batch.response_tokens
     logp_old = torch.zeros_like(batch.logp_infer)
     parts: list[tuple[dict[str, float], float]] = []
@@ -40,13 +45,17 @@ def policy_step(engine, batch: TrainBatch, micro: int | None, temperature: float
     def micro_losses():
         for part in micro_slices(rows, micro or rows):
             micro_batch = batch.rows(part).to(engine.device)
-            logp_new = scored_logprobs(engine, micro_batch.input_ids, micro_batch.attention_mask,
-                                       micro_batch.response_mask, temperature)
-            logp_old[part, :logp_new.shape[1]] = logp_new.detach().cpu()
-            loss, stats = loss_of(part, micro_batch, logp_new)
-            parts.append((stats, float(micro_batch.response_tokens)))
-            share = (part.stop - part.start) / rows if mean_over == "sequences" else micro_batch.response_tokens / tokens
-            yield loss * share
+            # Open through the yield: the backward of this micro-batch runs before the generator resumes.
+            with routing.replaying(micro_batch.routed_experts, replay) if routing is not None else nullcontext():
+                logp_new = scored_logprobs(engine, micro_batch.input_ids, micro_batch.attention_mask,
+                                           micro_batch.response_mask, temperature)
+                logp_old[part, :logp_new.shape[1]] = logp_new.detach().cpu()
+                loss, stats = loss_of(part, micro_batch, logp_new)
+                parts.append((stats, float(micro_batch.response_tokens)))
+                share = (part.stop - part.start) / rows if mean_over == "sequences" else micro_batch.response_tokens / tokens
+                yield loss * share
 
     loss = finite.step(engine, micro_losses(), step)
-    return PolicyStep(loss, merged_stats(parts) | {"grad_norm": finite.grad_norm}, logp_old)
+    agreement = routing.agreement() if routing is not None else None
+    routed = {} if agreement is None else {"routing_agreement": agreement}
+    return PolicyStep(loss, merged_stats(parts) | {"grad_norm": finite.grad_norm} | routed, logp_old)

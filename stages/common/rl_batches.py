@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from model.routing import RoutingLayout
 from rollout.client import Sample
 
 
@@ -18,6 +19,9 @@ class TrainBatch:
     attention_mask: torch.Tensor  # [N, L]
     response_mask: torch.Tensor  # [N, L-1]: 1 where the target is a generated token
     logp_infer: torch.Tensor  # [N, L-1]: the engine's logprob of that target
+    # [N, L, MoE layers, top_k]: the experts the engine routed each position to (-1 where it routed none:
+    # padding, a sequence's last token, a member no engine sampled); None where none were asked for.
+    routed_experts: torch.Tensor | None = None
 
     @property
     def response_tokens(self) -> int:
@@ -27,16 +31,31 @@ class TrainBatch:
         """The `selected` rows, their padding trimmed to the longest of them."""
         width = int(self.attention_mask[selected].sum(dim=1).max())
         return TrainBatch(self.input_ids[selected, :width], self.attention_mask[selected, :width],
-                          self.response_mask[selected, :width - 1], self.logp_infer[selected, :width - 1])
+                          self.response_mask[selected, :width - 1], self.logp_infer[selected, :width - 1],
+                          None if self.routed_experts is None else self.routed_experts[selected, :width])
 
     def to(self, device) -> TrainBatch:
-        return TrainBatch(*(tensor.to(device) for tensor in
-                            (self.input_ids, self.attention_mask, self.response_mask, self.logp_infer)))
+        return TrainBatch(*(None if tensor is None else tensor.to(device) for tensor in
+                            (self.input_ids, self.attention_mask, self.response_mask, self.logp_infer,
+                             self.routed_experts)))
 
 
-def train_batch(samples: Sequence[Sample], pad_id: int) -> TrainBatch:
-    """The sampled sequences exactly as the engine returned their ids, ready for the loss."""
-    return padded_batch([(s.prompt_ids, s.output_ids, [1] * len(s.output_ids), s.output_logprobs) for s in samples], pad_id)
+def train_batch(samples: Sequence[Sample], pad_id: int, routing: RoutingLayout | None = None) -> TrainBatch:
+    """The sampled sequences exactly as the engine returned their ids, ready for the loss; with `routing`,
+    the experts the engine routed each position to where it returned them."""
+    batch = padded_batch([(s.prompt_ids, s.output_ids, [1] * len(s.output_ids), s.output_logprobs) for s in samples],
+                         pad_id)
+    if routing is None:
+        return batch
+    experts = torch.full((*batch.input_ids.shape, len(routing.moe_layers), routing.top_k), -1, dtype=torch.int32)
+    for row, sample in enumerate(samples):
+        if sample.routed_experts is not None:
+            chosen = routing.routed_layers(sample.routed_experts)
+            if len(chosen) != len(sample.prompt_ids) + len(sample.output_ids) - 1:
+                raise ValueError(f"row {row}: the engine routed {len(chosen)} positions of a sequence of "
+                                 f"{len(sample.prompt_ids) + len(sample.output_ids)} tokens (expected all but the last)")
+            experts[row, :len(chosen)] = chosen
+    return replace(batch, routed_experts=experts)
 
 
 def padded_batch(sequences: Sequence[tuple[list[int], list[int], list[int], list[float]]], pad_id: int) -> TrainBatch:

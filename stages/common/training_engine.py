@@ -68,12 +68,29 @@ def deepspeed_engine(module: torch.nn.Module, optimizer, scheduler, shape: StepS
     return engine
 
 
+# What `compute.experts_kernel: auto` runs, by device: the fastest forward + backward bench/moe_experts.py
+# measured (3 rounds, median tokens/s). On 2 CPU cores, glm5-tiny: grouped_mm 14,363 (14,083-14,447), eager 14,176
+# (10,573-14,294), batched_mm 841; glm5-small: eager 1,316 (1,278-1,329), grouped_mm 1,293 (1,290-1,332), batched_mm
+# left out (18 GiB of copied expert weights). eager and grouped_mm tie on a CPU; grouped_mm, transformers' own
+# default, stays. On a GPU, grouped_mm until bench/gpu_check.sh's figures say otherwise.
+AUTO_EXPERTS_KERNEL = {"cpu": "grouped_mm", "cuda": "grouped_mm"}
+
+
+def experts_kernel(compute: ComputeSettings) -> str:
+    if compute.experts_kernel != "auto":
+        return compute.experts_kernel
+    return AUTO_EXPERTS_KERNEL["cuda" if torch.cuda.is_available() else "cpu"]
+
+
 def adapt_model(model: torch.nn.Module, compute: ComputeSettings) -> None:
-    """Before the engine is built: LoRA adapters on the configured layers (every other weight frozen) and
-    activation checkpointing, as `compute` asks. `model` is a Hugging Face model or holds one (the ORM)."""
+    """Before the engine is built: the MoE experts' kernel, LoRA adapters on the configured layers (every other
+    weight frozen) and activation checkpointing, as `compute` asks. `model` is a Hugging Face model or holds one
+    (the ORM)."""
     from transformers import PreTrainedModel
 
     causal_lm = next(module for module in model.modules() if isinstance(module, PreTrainedModel))
+    if type(causal_lm)._can_set_experts_implementation():
+        causal_lm.set_experts_implementation(experts_kernel(compute))
     if compute.lora.rank:
         from peft import LoraConfig, inject_adapter_in_model
 

@@ -93,13 +93,13 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
                 trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
                                       finite, step + 1, distill_loss_of(logp_teacher, config.objective),
                                       mean_over="sequences")
-                routing = balance.after_step(last=step + 1 == config.max_steps)
+                expert_load = balance.after_step(last=step + 1 == config.max_steps)
             student.push(step + 1)
 
             checkpointer.end_of_step(
                 step_metrics(step + 1, trained, engine.get_lr()[0], batch, rows, logp_teacher, list(shares),
                              episodes if agent_tasks else None, dist, rollout_s=rollout.seconds,
-                             teacher_s=teaching.seconds, train_s=training.seconds) | routing,
+                             teacher_s=teaching.seconds, train_s=training.seconds) | expert_load,
                 samples=distill_rows(config.stage_name, step + 1, dist.rank, rows, trained.logp_old, logp_teacher,
                                      icepop_in_band(trained.logp_old, batch.logp_infer, config.objective)))
     return checkpointer.finish()

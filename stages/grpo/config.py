@@ -68,6 +68,9 @@ class GrpoRecipe(BaseModel):
     compute: ComputeSettings = nested(ComputeSettings())
     router_balancing: RouterBalancing = nested(RouterBalancing(enabled=False), "MoE load balancing by the routers' "
                                                "biases: off in RL by default, as peers keep the router as SFT left it")
+    routing_replay: bool = Field(False, description="train each token through the experts the engine routed it to "
+                                                    "(R3) instead of recomputing them; either way each step reports "
+                                                    "routing_agreement with the engine (MoE models)")
     sampling: SamplingSettings = nested(SamplingSettings())
     objective: IcePopSettings = nested(IcePopSettings())
     rewards: list[RewardSpec] = Field(default_factory=list, description="default: the stage's own rewards")

@@ -16,6 +16,7 @@ from operator import attrgetter
 import torch
 
 from model.presets import load_model
+from model.routing import ReplayedRouting, RoutingLayout
 from rewards import load_reward_module, reward_module_refs
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.config import per_rank
@@ -54,6 +55,8 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
     anchors_on = anchors is not None and anchors.enabled
     model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
     balance = RouterBalance(model, config.router_balancing)
+    routing = RoutingLayout.of(model)  # the engine returns each token's experts where the model has MoE layers
+    replayed = ReplayedRouting(model) if routing is not None else None
     rewards, reward_refs = load_rewards(config)
     events.emit("data", train_prompts=len(prompts), rewards=[r.name for r in rewards])
 
@@ -70,7 +73,8 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
         policy = policy_engine(stack, config, engine, workdir, dist, start_step)
         for step in range(start_step, config.max_steps):
             rng = random.Random(f"reasoning-rl:{config.seed}:{step}")
-            sampler = GroupSampler(config, policy, rewards, tokenizer, prompts, rng, dist, anchors_on, pass_rates)
+            sampler = GroupSampler(config, policy, rewards, tokenizer, prompts, rng, dist, anchors_on, pass_rates,
+                                   routed_experts=routing is not None)
             groups = draw_groups(sampler.draw, sampler.sample_and_score, share, config.oversample,
                                  config.dynamic_sampling)
             if not groups.chosen:  # some rank drew no group with signal in `max_draws` draws: no update
@@ -84,14 +88,15 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             rewards_by_group, kept = scored.total[chosen], [scored.kept[g] for g in chosen]
 
             with timed() as training:
-                batch = train_batch(samples, tokenizer.pad_token_id)
+                batch = train_batch(samples, tokenizer.pad_token_id, routing)
                 keep = torch.tensor(kept).repeat_interleave(config.group_size)
                 advantages = group_advantages(rewards_by_group).flatten().to(torch.float32) * keep
                 is_anchor_member = is_anchor(samples)
                 loss_of = grpo_loss_of(advantages, is_anchor_member, config.objective, anchors if anchors_on else None)
                 trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
-                                      finite, step + 1, loss_of, mean_over="sequences")
-                routing = balance.after_step(last=step + 1 == config.max_steps)
+                                      finite, step + 1, loss_of, mean_over="sequences", routing=replayed,
+                                      replay=config.routing_replay)
+                expert_load = balance.after_step(last=step + 1 == config.max_steps)
             # The tokens IcePop kept, on record: the gate compares the trainer's θ_old with what sampled each token.
             in_band = icepop_in_band(trained.logp_old, behaviour_logprobs(batch.logp_infer, trained.logp_old,
                                                                           is_anchor_member), config.objective)
@@ -102,10 +107,19 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 step_metrics(step + 1, trained, engine.get_lr()[0], groups, samples, is_anchor_member, batch,
                              policy.fleet, dist, sampler.difficulty_metrics(), generate_s=sampler.generate_s,
                              reward_s=sampler.reward_s,
-                             train_s=training.seconds, push_s=pushing.seconds) | routing,
+                             train_s=training.seconds, push_s=pushing.seconds) | expert_load,
                 samples=grpo_rows(config.stage_name, step + 1, dist.rank, [step_prompts[g] for g in chosen], samples,
                                   scores, rewards_by_group, advantages, is_anchor_member, trained.logp_old, in_band))
     return checkpointer.finish()
+
+
+def require_routed_experts(samples) -> None:
+    """routing_replay trains through the engine's experts: every sample an engine drew must come with them."""
+    missing = [index for index, sample in enumerate(samples) if sample.routed_experts is None]
+    if missing:
+        raise ValueError(f"routing_replay: sample {missing[0]} came back without its routed experts; SGLang's router "
+                         f"drops return_routed_experts, so replay needs one engine or engines.engine_urls without "
+                         f"engines.router_url")
 
 
 class GroupSampler:
@@ -115,8 +129,9 @@ class GroupSampler:
     scored group, whichever rank scored it and whether or not it is trained on, updates them."""
 
     def __init__(self, config, policy, rewards, tokenizer, prompts, rng: random.Random, dist, anchors_on: bool,
-                 pass_rates: PassRates | None):
+                 pass_rates: PassRates | None, routed_experts: bool = False):
         self.config, self.policy, self.rewards, self.tokenizer = config, policy, rewards, tokenizer
+        self.routed_experts = routed_experts
         self.prompts, self.rng, self.dist, self.anchors_on = prompts, rng, dist, anchors_on
         self.pass_rates = pass_rates
         self.generate_s = self.reward_s = 0.0
@@ -142,7 +157,9 @@ class GroupSampler:
             sampling = config.sampling.params().model_copy(
                 update={"sampling_seed": self.rng.randrange(2**31) + self.dist.rank})
             samples = self.policy.fleet.client.generate(policy_requests(drawn, config.group_size, self.anchors_on),
-                                                        sampling)
+                                                        sampling, routed_experts=self.routed_experts)
+            if self.routed_experts and config.routing_replay:
+                require_routed_experts(samples)
             if self.anchors_on:
                 samples = with_anchor_members(drawn, samples, config.group_size, self.tokenizer)
         with timed() as scoring:

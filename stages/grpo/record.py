@@ -40,6 +40,6 @@ def grpo_rows(stage: str, step: int, rank: int, prompts: Sequence[RlPrompt], sam
             "advantage": float(advantages[i]), "staleness": step - 1 - version,
             "masked_fraction": masked_fraction(response_values(in_band[i].float(), len(sample.prompt_ids), length),
                                                [1] * length),
-            "anchor": anchor,
+            "anchor": anchor, "routed_experts": sample.routed_experts,
         })
     return rows
