@@ -42,7 +42,22 @@ def curves_markdown(stage: str, history: list[dict], total: int | None) -> str:
         if finite:
             lines.append(f"| {metric} | `{sparkline(values)}` | {finite[0]:.4g} | {min(finite):.4g} | "
                          f"{max(finite):.4g} | {finite[-1]:.4g} |")
-    return "\n".join(lines) + "\n"
+    tokens = history[-1].get("expert_tokens") if history else None
+    return "\n".join(lines + (expert_load_lines(tokens) if tokens else [])) + "\n"
+
+
+def expert_load_lines(tokens: list[list[int]]) -> list[str]:
+    """The job's tokens per MoE layer and expert (the last step's `expert_tokens`) as a heat strip per layer: one
+    block per expert, its load ÷ the layer's mean on one scale for every layer, a blank for an expert that got none."""
+    loads = [[count / (sum(layer) / len(layer)) if sum(layer) else 0.0 for count in layer] for layer in tokens]
+    top = max(max(layer) for layer in loads) or 1.0
+    lines = ["", "## expert load over the job", "", "tokens ÷ the layer's mean, one block per expert (scale 0 – "
+             f"{top:.2f}; a blank: no token)", "", "| MoE layer | experts | busiest | least | idle |", "|---|---|---|---|---|"]
+    for index, layer in enumerate(loads):
+        strip = "".join(" " if load == 0 else BLOCKS[min(int(load / top * len(BLOCKS)), len(BLOCKS) - 1)]
+                        for load in layer)
+        lines.append(f"| {index} | `{strip}` | {max(layer):.2f} | {min(layer):.2f} | {layer.count(0.0)} |")
+    return lines
 
 
 def publish_curves(stage: str, history: list[dict], total: int | None) -> None:

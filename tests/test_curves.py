@@ -20,3 +20,12 @@ def test_every_followed_metric_of_the_steps_is_a_row_with_its_first_lowest_highe
     rows = {line.split("|")[1].strip(): line for line in shown.splitlines() if line.startswith("| ") and "`" in line}
     assert list(rows) == ["loss", "reward_mean", "success/calc"]  # lr is not a curve anyone follows here
     assert rows["loss"].split("|")[3:7] == [" 1 ", " 0.1 ", " 1 ", " 0.1 "]
+
+
+def test_the_last_step_s_expert_tokens_show_as_a_heat_strip_per_layer():
+    history = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5, "expert_tokens": [[10, 30, 20, 20], [0, 40, 40, 0]]}]
+    text = curves_markdown("sft", history, 2)
+    assert "## expert load over the job" in text and "scale 0 – 2.00" in text
+    assert "| 0 | `▃▇▅▅` | 1.50 | 0.50 | 0 |" in text
+    assert "| 1 | ` ██ ` | 2.00 | 0.00 | 2 |" in text  # two experts got no token
+    assert "expert load" not in curves_markdown("sft", history[:1], 2)

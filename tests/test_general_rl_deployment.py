@@ -124,6 +124,7 @@ def test_a_run_created_through_the_api_uses_the_reward_module_its_form_names(ser
         "artifacts": {"flow_run_id": {"any_": [created.json()["id"]]}, "key": {"any_": ["general-rl-curves"]}},
         "sort": "CREATED_DESC"})).json()
     assert artifacts and "| loss | `" in artifacts[0]["data"] and "steps 1–2" in artifacts[0]["data"]
+    assert "## expert load over the job" in artifacts[0]["data"]  # the MoE layers' load, a strip per layer
 
     lineage = store.open(f"checkpoints/general_rl/{config['run_id']}").lineage()
     (module,) = lineage["reward_modules"]

@@ -83,7 +83,8 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
                 if config.mode == "sync":
                     producer.grant(config.groups_per_step)
                 checkpointer.end_of_step({"step": step + 1, "lr": engine.get_lr()[0], **drawn.counts(), **difficulty,
-                                          **health, "updated": 0, "weight_version": version})
+                                          **health, "updated": 0, "weight_version": version}
+                                         | balance.after_step(last=step + 1 == config.max_steps))
                 continue
             with timed() as training:
                 rewards = torch.tensor(drawn.rewards, dtype=torch.float32)

@@ -17,12 +17,12 @@ class RouterBalance:
         self.total = self.load.take()  # zeros: [layers, experts]
 
     def after_step(self, last: bool) -> dict:
-        """Every rank calls it after every optimizer step (the counts are summed over ranks): the step
-        record's expert-load figures, empty for a model without MoE routers; on the `last` step, with the
-        job's tokens per layer and expert."""
+        """Every rank calls it after every step, a step without an update too (the counts are summed over
+        ranks): the step record's expert-load figures, empty where nothing was routed; on the `last` step,
+        with the job's tokens per layer and expert."""
         counts = all_sum(self.load.take())
         self.total += counts
         if self.settings.enabled:
             self.load.balance(counts, self.settings.rate)
         figures = load_figures(counts)
-        return figures | {"expert_tokens": self.total.long().tolist()} if last and figures else figures
+        return figures | {"expert_tokens": self.total.long().tolist()} if last and self.total.sum() else figures

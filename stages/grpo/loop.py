@@ -80,7 +80,8 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
             if not groups.chosen:  # some rank drew no group with signal in `max_draws` draws: no update
                 checkpointer.end_of_step(skipped_step_metrics(step + 1, engine.get_lr()[0], groups, dist,
                                                               sampler.difficulty_metrics(),
-                                                              generate_s=sampler.generate_s, reward_s=sampler.reward_s))
+                                                              generate_s=sampler.generate_s, reward_s=sampler.reward_s)
+                                         | balance.after_step(last=step + 1 == config.max_steps))
                 continue
             chosen, step_prompts, scored = groups.chosen, groups.prompts, groups.scored
             members = [g * config.group_size + i for g in chosen for i in range(config.group_size)]
