@@ -23,6 +23,15 @@ def routers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [module for module in model.modules() if hasattr(module, BIAS)]
 
 
+def hook_routers(model: torch.nn.Module, hook) -> list[torch.nn.Module]:
+    """`hook(index, router, output)` after every forward of each router of `model` (a value it returns replaces
+    the router's output: (logits, weights, experts)); the routers, in layer order."""
+    found = routers(model)
+    for index, router in enumerate(found):
+        router.register_forward_hook(lambda module, inputs, output, index=index: hook(index, module, output))
+    return found
+
+
 class RouterLoad:
     """Per-expert token counts of every MoE layer of `model` (a transformers causal LM) over its training
     forwards since the last `take()`. Hooks on the model's trunk read which positions are tokens (padding is
@@ -32,18 +41,16 @@ class RouterLoad:
     dropout), so the mode does not tell."""
 
     def __init__(self, model: torch.nn.Module):
-        self.routers = routers(model)
+        self.routers = hook_routers(model, self._count)
         experts = getattr(self.routers[0], BIAS).numel() if self.routers else 0
         self.counts = torch.zeros(len(self.routers), experts, dtype=torch.float64)
         self._tokens: torch.Tensor | None = None  # [positions] bool while a counted forward runs
         self._counting = False
-        self._masters: list[torch.Tensor] | None = None  # fp32 copies of the biases (see balance_routers)
+        self._masters: list[torch.Tensor] | None = None  # fp32 copies of the biases (see balance)
         if self.routers:
             trunk = model.get_decoder()
             trunk.register_forward_pre_hook(self._enter, with_kwargs=True)
             trunk.register_forward_hook(self._leave)
-            for index, router in enumerate(self.routers):
-                router.register_forward_hook(lambda module, inputs, output, index=index: self._count(index, output))
 
     def _enter(self, trunk, args, kwargs) -> None:
         self._counting = torch.is_grad_enabled()
@@ -53,7 +60,7 @@ class RouterLoad:
     def _leave(self, trunk, args, output) -> None:
         self._counting, self._tokens = False, None
 
-    def _count(self, index: int, output) -> None:
+    def _count(self, index: int, router, output) -> None:
         if not self._counting:
             return
         chosen = output[2]  # [positions, top_k]: the experts each position was sent to

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model.moe_balance import routers
+from model.moe_balance import hook_routers, routers
 
 
 def moe_layers(model: torch.nn.Module) -> list[int]:
@@ -63,11 +63,9 @@ class RoutingCapture:
 
     def __init__(self, model: torch.nn.Module):
         self.recording = False
-        self._last: list[torch.Tensor | None] = [None] * len(routers(model))
-        for index, router in enumerate(routers(model)):
-            router.register_forward_hook(lambda module, inputs, output, index=index: self._keep(index, output))
+        self._last: list[torch.Tensor | None] = [None] * len(hook_routers(model, self._keep))
 
-    def _keep(self, index: int, output) -> None:
+    def _keep(self, index: int, router, output) -> None:
         if self.recording:
             self._last[index] = output[2].to(torch.int32).cpu()
 
@@ -91,8 +89,7 @@ class ReplayedRouting:
         trunk = model.get_decoder()
         trunk.register_forward_pre_hook(lambda module, args: self._forward(True))
         trunk.register_forward_hook(lambda module, args, output: self._forward(False))
-        for index, router in enumerate(routers(model)):
-            router.register_forward_hook(lambda module, inputs, output, index=index: self._route(index, module, output))
+        hook_routers(model, self._route)
 
     def _forward(self, running: bool) -> None:
         self._in_forward = running

@@ -103,7 +103,12 @@ class Engine:
             self._requests += 1
             seed = batch.sampling.sampling_seed
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self._requests if seed is None else seed)
-            completions = self._generate(batch, generator)
+            # The routers' choices are kept only for a batch that asks for them, and never past it.
+            self.routing.recording = batch.return_routed_experts
+            try:
+                completions = self._generate(batch, generator)
+            finally:
+                self.routing.recording = False
             return completions, self.weight_version
 
     def _generate(self, batch: UniformBatch, generator: torch.Generator) -> list[Completion]:
@@ -174,7 +179,6 @@ class RoutedPositions:
     def __init__(self, engine: Engine, prompts: list[list[int]]):
         self.engine, self.prompts = engine, prompts
         self.rows: list[list[torch.Tensor]] = [[] for _ in prompts]  # per prompt: [positions, moe layers, top_k]
-        engine.routing.recording = True
 
     def prefilled(self, width: int) -> None:
         chosen = torch.stack(self.engine.routing.last(), dim=1)  # [rows × width, moe layers, top_k]
@@ -191,7 +195,6 @@ class RoutedPositions:
         """SGLang's layout: every position run but the last sampled token's, all layers (zeros where a layer
         does not route), from `start` on. A row that finished still ran its last token in the step that
         finished it; that position is cut as SGLang never runs it."""
-        self.engine.routing.recording = False
         chosen = torch.cat(self.rows[row])[:len(self.prompts[row]) + completion_tokens - 1]
         layers = len(self.engine.model.get_decoder().layers)
         full = np.zeros((chosen.shape[0], layers, chosen.shape[-1]), dtype=np.int32)
