@@ -242,9 +242,11 @@ def selected_scores(q, k, weights, allowed, scale: float, selected: torch.Tensor
 
 def masks_selection(config, batch: int, queries: int, keys: int, topk: int) -> bool:
     """Whether a layer applies its selection as a mask over SDPA (`dsa_gather.masked_attention`) rather than
-    gathering it: on a short sequence, never when decoding (keys before the queries). The indexer and the
-    attention both ask it, with the attention's head count, so they agree."""
-    return queries == keys and short_enough_to_mask(batch, queries, config.num_attention_heads, keys, topk)
+    gathering it: on a short sequence, never when decoding one token (expanding every cached key for a single
+    query costs more than gathering); a chunk of queries after cached keys (model/shared_prompts.py) may. The
+    indexer and the attention both ask it, with the attention's head count, so they agree."""
+    return (queries == keys or queries > 1) and short_enough_to_mask(batch, queries, config.num_attention_heads,
+                                                                      keys, topk)
 
 
 def mla_projections(attention: GlmMoeDsaAttention, hidden_states: torch.Tensor, position_embeddings):

@@ -44,7 +44,7 @@ class RouterLoad:
         self.routers = hook_routers(model, self._count)
         experts = getattr(self.routers[0], BIAS).numel() if self.routers else 0
         self.counts = torch.zeros(len(self.routers), experts, dtype=torch.float64)
-        self._tokens: torch.Tensor | None = None  # [positions] bool while a counted forward runs
+        self._tokens: torch.Tensor | None = None  # [rows, keys] bool while a counted forward runs
         self._counting = False
         self._masters: list[torch.Tensor] | None = None  # fp32 copies of the biases (see balance)
         if self.routers:
@@ -55,7 +55,7 @@ class RouterLoad:
     def _enter(self, trunk, args, kwargs) -> None:
         self._counting = torch.is_grad_enabled()
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
-        self._tokens = mask.reshape(-1).bool() if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+        self._tokens = mask.bool() if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
 
     def _leave(self, trunk, args, output) -> None:
         self._counting, self._tokens = False, None
@@ -64,8 +64,12 @@ class RouterLoad:
         if not self._counting:
             return
         chosen = output[2]  # [positions, top_k]: the experts each position was sent to
-        if self._tokens is not None and self._tokens.numel() == chosen.shape[0]:
-            chosen = chosen[self._tokens.to(chosen.device)]
+        rows, keys = self._tokens.shape if self._tokens is not None else (0, 0)
+        if rows and chosen.shape[0] % rows == 0 and chosen.shape[0] // rows <= keys:
+            # A forward after a KV cache (model/shared_prompts.py) has a mask over the cached keys too: its own
+            # positions are the mask's last columns.
+            tokens = self._tokens[:, keys - chosen.shape[0] // rows:]
+            chosen = chosen[tokens.reshape(-1).to(chosen.device)]
         self.counts[index] += torch.bincount(chosen.reshape(-1).cpu(), minlength=self.counts.shape[1]).double()
 
     def take(self) -> torch.Tensor:

@@ -102,6 +102,11 @@ class ReplayedRouting:
         finally:
             self._experts, self._replay = None, False
 
+    def given(self, engine_experts: torch.Tensor | None) -> None:
+        """Inside `replaying`: the engine's experts for the next forward's positions, where one batch runs as
+        several forwards (model/shared_prompts.py: the prompts, then the responses)."""
+        self._experts = engine_experts
+
     def agreement(self) -> float | None:
         """The share counted since the last call (None where nothing was), and start again."""
         share = self.matched / self.routed if self.routed else None

@@ -63,15 +63,42 @@ class WeightGroupError(RuntimeError):
         super().__init__(f"{url}: {problem}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
 
 
+@dataclass(frozen=True)
+class WeightPayload:
+    """One push's request to the engines and the buffers broadcast after it, in the request's order."""
+
+    request: UpdateWeightsFromDistributed
+    buffers: list[torch.Tensor]
+
+
+def weight_payload(tensors: Iterable[tuple[str, torch.Tensor]], version: str,
+                   bucket_bytes: int = BUCKET_BYTES) -> WeightPayload:
+    """The named tensors as a push sends them: up to `bucket_bytes` as one flattened bucket, else one buffer each.
+
+    Made on the thread that trains, before any other thread sends it: a torch operation run on a second thread
+    gives the process a second OpenMP team, and with more OpenMP threads than cores libgomp stops its workers
+    spinning between parallel regions, so every operation of the training step after it waited for its workers
+    to wake (measured on 2 cores: a GRPO step's update 80 → 115 ms once a push had flattened its bucket on the
+    fleet client's thread)."""
+    # Widest dtypes first, so that in a bucket every tensor starts at a multiple of its element size.
+    named = sorted(((name, tensor.detach().contiguous()) for name, tensor in tensors),
+                   key=lambda pair: -pair[1].element_size())
+    bucketed = sum(t.numel() * t.element_size() for _, t in named) <= bucket_bytes
+    request = UpdateWeightsFromDistributed(names=[n for n, _ in named], dtypes=[dtype_name(t.dtype) for _, t in named],
+                                           shapes=[list(t.shape) for _, t in named], weight_version=version,
+                                           load_format=FLATTENED_BUCKET if bucketed else None)
+    buffers = [torch.cat([t.reshape(-1).view(torch.uint8) for _, t in named])] if bucketed else [t for _, t in named]
+    return WeightPayload(request, buffers)
+
+
 class DistributedWeightPush:
     """The trainer's side: one group with `engine_urls`, and a push of named tensors to all of them at once."""
 
     def __init__(self, engine_urls: list[str], *, backend: str, master_address: str, master_port: int,
-                 timeout_s: float = 300.0, join_timeout_s: float = JOIN_TIMEOUT_S, bucket_bytes: int = BUCKET_BYTES):
+                 timeout_s: float = 300.0, join_timeout_s: float = JOIN_TIMEOUT_S):
         """`join_timeout_s`: how long this side waits for the engines to join (each engine bounds its own wait by
-        its --weight-group-join-timeout-s); `timeout_s`: each request to an engine, and each broadcast; a push of
-        up to `bucket_bytes` travels as one broadcast."""
-        self.engine_urls, self.timeout_s, self.bucket_bytes = list(engine_urls), timeout_s, bucket_bytes
+        its --weight-group-join-timeout-s); `timeout_s`: each request to an engine, and each broadcast."""
+        self.engine_urls, self.timeout_s = list(engine_urls), timeout_s
         world_size = len(engine_urls) + 1
         # The engines' own check, made here first: a bad address or port is named before any engine waits on it.
         asked = [InitWeightsUpdateGroup(master_address=master_address, master_port=master_port, rank_offset=rank,
@@ -94,26 +121,17 @@ class DistributedWeightPush:
             self.close()
             raise WeightGroupError(problems or dict.fromkeys(self.engine_urls, f"the group did not form: {formed}"))
 
-    def push(self, tensors: Iterable[tuple[str, torch.Tensor]], version: str) -> None:
-        """Every engine serves `tensors` (by the served model's parameter names) as weight `version`, or
-        WeightGroupError names those that do not."""
+    def push(self, payload: WeightPayload) -> None:
+        """Every engine serves the payload's tensors (by the served model's parameter names) as its weight version,
+        or WeightGroupError names those that do not."""
         _named_if_silent(self.engine_urls)  # a broadcast to it would wait, and the others' with it
-        # Widest dtypes first, so that in a bucket every tensor starts at a multiple of its element size.
-        named = sorted(((name, tensor.detach().contiguous()) for name, tensor in tensors),
-                       key=lambda pair: -pair[1].element_size())
-        bucketed = sum(t.numel() * t.element_size() for _, t in named) <= self.bucket_bytes
-        request = UpdateWeightsFromDistributed(names=[n for n, _ in named], dtypes=[dtype_name(t.dtype) for _, t in named],
-                                               shapes=[list(t.shape) for _, t in named], weight_version=version,
-                                               load_format=FLATTENED_BUCKET if bucketed else None)
-        answers = [self._pool.submit(self._post, url, "/update_weights_from_distributed", request.model_dump())
+        version = payload.request.weight_version
+        answers = [self._pool.submit(self._post, url, "/update_weights_from_distributed", payload.request.model_dump())
                    for url in self.engine_urls]
         broken = None
         try:
-            if bucketed:
-                self.group.broadcast(torch.cat([t.reshape(-1).view(torch.uint8) for _, t in named]), 0).wait()
-            else:
-                for _, tensor in named:
-                    self.group.broadcast(tensor, 0).wait()
+            for buffer in payload.buffers:
+                self.group.broadcast(buffer, 0).wait()
         except Exception as error:  # a member went away mid-push; the others time out of their receive
             broken = repr(error)
         problems = {}
@@ -171,8 +189,8 @@ class FleetWeightGroup:
         self.backend, self.timeout_s = backend, timeout_s
         self.group: DistributedWeightPush | None = None
 
-    def push(self, engine_urls: list[str], tensors: list[tuple[str, torch.Tensor]], version: str) -> dict[str, str | None]:
-        """Per engine URL: None once it serves `tensors` as `version`, else why not."""
+    def push(self, engine_urls: list[str], payload: WeightPayload) -> dict[str, str | None]:
+        """Per engine URL: None once it serves the payload's weights, else why not."""
         problems: dict[str, str] = {}
         for _ in range(2):
             members = [url for url in engine_urls if url not in problems]
@@ -181,7 +199,7 @@ class FleetWeightGroup:
             try:
                 if self.group is None or self.group.engine_urls != members:
                     self._form(members)
-                self.group.push(tensors, version)
+                self.group.push(payload)
                 break
             except WeightGroupError as error:
                 problems |= error.problems
@@ -234,11 +252,15 @@ class FromDisk:
 
 @dataclass(frozen=True)
 class Broadcast:
-    """The trainer's tensors as they are now (it waits for the push), sent to every engine at once."""
+    """The trainer's tensors as they are now (it waits for the push), sent to every engine at once. Build it on
+    the thread that trains (`weight_payload`); the delivery runs elsewhere and only sends."""
 
     group: FleetWeightGroup
-    tensors: list[tuple[str, torch.Tensor]]
-    version: str
+    payload: WeightPayload
+
+    @property
+    def version(self) -> str:
+        return self.payload.request.weight_version
 
     async def deliver(self, client: httpx.AsyncClient, urls: list[str]) -> dict[str, str | None]:
-        return await asyncio.to_thread(self.group.push, urls, self.tensors, self.version)
+        return await asyncio.to_thread(self.group.push, urls, self.payload)

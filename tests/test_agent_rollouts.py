@@ -22,7 +22,7 @@ from rollout.agents.task_services import TaskServices
 from rollout.fleet import Fleet
 from rollout.process import EngineProcess, RouterProcess
 from rollout.protocol import SamplingParams
-from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk
+from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk, weight_payload
 from suites.prepare import SuiteSizes, prompt_splits
 from tests.faults.processes import wait_for
 from tests.unavailable_proxy import UnavailableProxy
@@ -198,7 +198,7 @@ def test_a_weight_update_reaches_every_worker_and_a_worker_that_fails_it_leaves_
     tensors = list(AutoModelForCausalLM.from_pretrained(stack.checkpoint).state_dict().items())
 
     def weights(version):
-        return FromDisk(stack.checkpoint, version) if delivery == "disk" else Broadcast(group, tensors, version)
+        return FromDisk(stack.checkpoint, version) if delivery == "disk" else Broadcast(group, weight_payload(tensors, version))
 
     async def update(version):
         async with Fleet(stack.router_url) as fleet:

@@ -14,7 +14,7 @@ from model.presets import build_model
 from rollout.client import scoring_payload
 from rollout.process import EngineProcess
 from rollout.protocol import InitWeightsUpdateGroup, UpdateWeightsFromDistributed
-from rollout.weight_push import BUCKET_BYTES, DistributedWeightPush
+from rollout.weight_push import BUCKET_BYTES, DistributedWeightPush, weight_payload
 from tests.sglang_types import request_fields
 
 BATCH = [[11, 12, 13, 14, 15, 16, 17, 18], [40, 41, 42, 43, 44], [7, 70, 700, 7, 70, 700, 7]]
@@ -73,13 +73,12 @@ def test_two_engines_serve_the_trainers_weights_as_if_loaded_from_them(tokenizer
         before, _ = scores(urls[0])
         assert max(abs(a - b) for x, y in zip(before, expected, strict=True) for a, b in zip(x, y, strict=True)) > 1e-3
 
-        push = DistributedWeightPush(urls, backend="gloo", master_address="127.0.0.1", master_port=free_port(),
-                                     bucket_bytes=bucket_bytes)
+        push = DistributedWeightPush(urls, backend="gloo", master_address="127.0.0.1", master_port=free_port())
         try:
             # One tensor sent in bf16 (the final norm's ones, exact in it): in a bucket it follows the float32 ones,
             # at an offset its dtype can start at, and the engine converts it into its float32 parameter.
             state = trainer.state_dict() | {"model.norm.weight": trainer.model.norm.weight.detach().to(torch.bfloat16)}
-            push.push(state.items(), version="7")
+            push.push(weight_payload(state.items(), "7", bucket_bytes))
         finally:
             push.close()
         for url in urls:

@@ -15,7 +15,7 @@ import torch
 from model.dsa import install_dsa_indexers, set_dense_attention
 from rollout.engine_settings import WeightSync
 from rollout.engines import EngineFleet, launch_engines
-from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk, WeightDelivery
+from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk, WeightDelivery, weight_payload
 from stages.common.config import ComputeSettings, OptimizerSettings
 from stages.common.distributed import Dist, barrier
 from stages.common.hf_weights import gathered, merged_lora_state_dict, save_hf
@@ -121,7 +121,7 @@ def weight_pusher(stack: ExitStack, sync: WeightSync, engine, update: Callable[[
     def push(version: int) -> None:
         with gathered(engine.module):
             if pushes_here:
-                update(Broadcast(group, served_weights(engine.module), str(version)))
+                update(Broadcast(group, weight_payload(served_weights(engine.module), str(version))))
         barrier()
 
     return push

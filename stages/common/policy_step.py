@@ -18,6 +18,7 @@ import torch
 
 from model.logprobs import scored_logprobs
 from model.routing import ReplayedRouting
+from model.shared_prompts import shared_prompt_logprobs
 from stages.common.finite import FiniteSteps
 from stages.common.micro_batches import merged_stats, micro_slices
 from stages.common.rl_batches import TrainBatch
@@ -34,10 +35,11 @@ class PolicyStep:
 
 def policy_step(engine, batch: TrainBatch, micro: int | None, temperature: float, finite: FiniteSteps, step: int,
                 loss_of: LossOf, mean_over: Literal["sequences", "tokens"], routing: ReplayedRouting | None = None,
-                replay: bool = False) -> PolicyStep:
+                replay: bool = False, share_prompts: bool = False) -> PolicyStep:
     """Train once on `batch` (CPU tensors), `micro` sequences at a time (None: all at once). With `routing` and
     the batch's routed experts, the step reports its routing agreement with the engine, and with `replay`
-    its forwards (and backwards) use the engine's experts (model/routing.py)."""
+    its forwards (and backwards) use the engine's experts (model/routing.py). With `share_prompts`, rows of a
+    micro-batch that start with the same prompt compute it once (model/shared_prompts.py)."""
     rows, tokens = batch.input_ids.shape[0], batch.response_tokens
     logp_old = torch.zeros_like(batch.logp_infer)
     parts: list[tuple[dict[str, float], float]] = []
@@ -47,8 +49,7 @@ def policy_step(engine, batch: TrainBatch, micro: int | None, temperature: float
             micro_batch = batch.rows(part).to(engine.device)
             # Open through the yield: the backward of this micro-batch runs before the generator resumes.
             with routing.replaying(micro_batch.routed_experts, replay) if routing is not None else nullcontext():
-                logp_new = scored_logprobs(engine, micro_batch.input_ids, micro_batch.attention_mask,
-                                           micro_batch.response_mask, temperature)
+                logp_new = micro_logprobs(engine, micro_batch, temperature, share_prompts, routing)
                 logp_old[part, :logp_new.shape[1]] = logp_new.detach().cpu()
                 loss, stats = loss_of(part, micro_batch, logp_new)
                 parts.append((stats, float(micro_batch.response_tokens)))
@@ -59,3 +60,19 @@ def policy_step(engine, batch: TrainBatch, micro: int | None, temperature: float
     agreement = routing.agreement() if routing is not None else None
     routed = {} if agreement is None else {"routing_agreement": agreement}
     return PolicyStep(loss, merged_stats(parts) | {"grad_norm": finite.grad_norm} | routed, logp_old)
+
+
+def micro_logprobs(engine, micro: TrainBatch, temperature: float, share_prompts: bool,
+                   routing: ReplayedRouting | None) -> torch.Tensor:
+    """The micro-batch's response logprobs with gradient: with `share_prompts` each distinct prompt once, the
+    routing replay handed each forward's own positions of the engine's experts; else one forward of every row."""
+    if not share_prompts or micro.prompt_lengths is None:
+        return scored_logprobs(engine, micro.input_ids, micro.attention_mask, micro.response_mask, temperature)
+    experts = micro.routed_experts
+
+    def before_pass(layout) -> None:
+        if routing is not None and experts is not None:
+            routing.given(layout(experts, -1))
+
+    return shared_prompt_logprobs(engine, micro.input_ids, micro.attention_mask, micro.response_mask,
+                                  micro.prompt_lengths, temperature, before_pass, experts)

@@ -22,6 +22,8 @@ class TrainBatch:
     # [N, L, MoE layers, top_k]: the experts the engine routed each position to (-1 where it routed none:
     # padding, a sequence's last token, a member no engine sampled); None where none were asked for.
     routed_experts: torch.Tensor | None = None
+    prompt_lengths: torch.Tensor | None = None  # [N]: each row's prompt tokens, where the rows are prompt + response
+
 
     @property
     def response_tokens(self) -> int:
@@ -32,12 +34,13 @@ class TrainBatch:
         width = int(self.attention_mask[selected].sum(dim=1).max())
         return TrainBatch(self.input_ids[selected, :width], self.attention_mask[selected, :width],
                           self.response_mask[selected, :width - 1], self.logp_infer[selected, :width - 1],
-                          None if self.routed_experts is None else self.routed_experts[selected, :width])
+                          None if self.routed_experts is None else self.routed_experts[selected, :width],
+                          None if self.prompt_lengths is None else self.prompt_lengths[selected])
 
     def to(self, device) -> TrainBatch:
         return TrainBatch(*(None if tensor is None else tensor.to(device) for tensor in
                             (self.input_ids, self.attention_mask, self.response_mask, self.logp_infer,
-                             self.routed_experts)))
+                             self.routed_experts, self.prompt_lengths)))
 
 
 def train_batch(samples: Sequence[Sample], pad_id: int, routing: RoutingLayout | None = None) -> TrainBatch:
@@ -77,7 +80,8 @@ def padded_batch(sequences: Sequence[tuple[list[int], list[int], list[int], list
         start, end = len(prompt) - 1, len(sequence) - 1
         trained[row, start:end] = torch.tensor(mask, dtype=torch.float32)
         logp_infer[row, start:end] = torch.tensor(logprobs)
-    return TrainBatch(ids, attention, trained, logp_infer)
+    prompt_lengths = torch.tensor([len(prompt) for prompt, _, _, _ in sequences], dtype=torch.long)
+    return TrainBatch(ids, attention, trained, logp_infer, prompt_lengths=prompt_lengths)
 
 
 def response_values(row: torch.Tensor, prompt_length: int, response_length: int) -> list[float]:

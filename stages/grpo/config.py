@@ -71,6 +71,10 @@ class GrpoRecipe(BaseModel):
     routing_replay: bool = Field(False, description="train each token through the experts the engine routed it to "
                                                     "(R3) instead of recomputing them; either way each step reports "
                                                     "routing_agreement with the engine (MoE models)")
+    shared_prompts: bool = Field(True, description="run each distinct prompt of a micro-batch once for all its "
+                                                   "responses (the same loss and gradient up to float rounding, "
+                                                   "fewer tokens); off under compute.activation_checkpointing, "
+                                                   "whose recomputed layers have no KV cache")
     sampling: SamplingSettings = nested(SamplingSettings())
     objective: IcePopSettings = nested(IcePopSettings())
     rewards: list[RewardSpec] = Field(default_factory=list, description="default: the stage's own rewards")

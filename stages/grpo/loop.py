@@ -69,6 +69,8 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
     share = per_rank(config.prompts_per_step, dist.world_size, "prompts_per_step")
+    # A group's responses share their prompt: computed once (model/shared_prompts.py) where a KV cache can carry it.
+    share_prompts = config.shared_prompts and not config.compute.activation_checkpointing
     with ExitStack() as stack:
         policy = policy_engine(stack, config, engine, workdir, dist, start_step)
         for step in range(start_step, config.max_steps):
@@ -96,7 +98,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 loss_of = grpo_loss_of(advantages, is_anchor_member, config.objective, anchors if anchors_on else None)
                 trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
                                       finite, step + 1, loss_of, mean_over="sequences", routing=replayed,
-                                      replay=config.routing_replay)
+                                      replay=config.routing_replay, share_prompts=share_prompts)
                 expert_load = balance.after_step(last=step + 1 == config.max_steps)
             # The tokens IcePop kept, on record: the gate compares the trainer's θ_old with what sampled each token.
             in_band = icepop_in_band(trained.logp_old, behaviour_logprobs(batch.logp_infer, trained.logp_old,
