@@ -138,10 +138,24 @@ class SparseLatentAttention(torch.autograd.Function):
 def _absorbed(attention, q_nope, q_rope, latent, k_rope):
     """The absorbed queries [B, S, H, L+R], the latent rows [B, T, L+R] and W_uv [H, Dv, L] (module docstring)."""
     heads, latent_width = q_nope.shape[1], latent.shape[-1]
-    w_kv = attention.kv_b_proj.weight.view(heads, attention.qk_nope_head_dim + attention.v_head_dim, latent_width)
+    w_kv = applied_weight(attention.kv_b_proj).view(heads, attention.qk_nope_head_dim + attention.v_head_dim,
+                                                    latent_width)
     w_uk, w_uv = w_kv[:, : attention.qk_nope_head_dim], w_kv[:, attention.qk_nope_head_dim :]
     queries = torch.cat([torch.einsum("bhsn,hnl->bshl", q_nope, w_uk), q_rope.transpose(1, 2)], dim=-1)
     return queries, torch.cat([latent, k_rope], dim=-1), w_uv
+
+
+def applied_weight(linear: torch.nn.Module) -> torch.Tensor:
+    """The weight a linear layer's forward applies: a peft LoRA layer's base weight plus its active adapters'
+    updates (with their gradient), else its weight. A LoRA layer's `.weight` is its base layer's alone: read
+    directly, it would leave the adapters out of the absorbed attention and out of their gradient."""
+    if not hasattr(linear, "get_delta_weight"):
+        return linear.weight
+    base = linear.get_base_layer().weight
+    if linear.disable_adapters or linear.merged:
+        return base
+    adapters = [name for name in linear.active_adapters if name in linear.lora_A]
+    return base + sum(linear.get_delta_weight(name).to(base.dtype) for name in adapters) if adapters else base
 
 
 def latent_dense_attention(attention, q_nope, q_rope, latent, k_rope, attention_mask):

@@ -16,15 +16,15 @@ from model.shared_prompts import shared_prompt_logprobs
 from stages.common.rl_batches import padded_batch
 
 
-def groups(vocab: int, seed: int = 0):
+def groups(vocab: int, seed: int = 0, prompts: tuple[int, int] = (5, 30), responses: tuple[int, int] = (1, 45)):
     """Four prompts of 5-30 tokens, eight responses of 1-45 tokens each, shuffled: some rows pass the top-k of 48
     keys, so the indexer's selection is exercised as well as the dense short path."""
     rng = random.Random(seed)
     rows = []
     for _ in range(4):
-        prompt = [rng.randrange(5, vocab) for _ in range(rng.randrange(5, 31))]
+        prompt = [rng.randrange(5, vocab) for _ in range(rng.randint(*prompts))]
         for _ in range(8):
-            response = [rng.randrange(5, vocab) for _ in range(rng.randrange(1, 46))]
+            response = [rng.randrange(5, vocab) for _ in range(rng.randint(*responses))]
             rows.append((prompt, response, [1] * len(response), [0.0] * len(response)))
     rng.shuffle(rows)
     return padded_batch(rows, 0)
@@ -115,3 +115,33 @@ def test_replay_hands_each_forward_its_own_positions_of_the_engine_s_experts(mod
     scored = batch.response_mask.bool()
     assert torch.allclose(shared[scored], every_row[scored], atol=2e-5)  # through the same given experts
     assert plain_agreement < 0.9 and replayed.agreement() < 0.9  # they were not the router's own
+
+
+# Within the top-k of 48 keys the response pass attends every key in MLA's latent space; past 8 × 48 it gathers the
+# selected keys; both read the latents through kv_b_proj's weight (dsa_gather's absorbed attention).
+@pytest.mark.parametrize(("prompts", "responses"), [((5, 15), (1, 20)), ((150, 190), (200, 230))],
+                         ids=["every key", "gathered keys"])
+def test_lora_adapters_count_in_the_attention_after_the_cache(model, tokenizer, prompts, responses):
+    """Under LoRA kv_b_proj's weight is the base plus the adapters' update, or the trainer would compute another
+    model than the merged one its engines serve, and the adapters would get no gradient through it."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    inject_adapter_in_model(LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["kv_b_proj"]), model)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:  # peft starts B at zero: an adapter that has trained is not
+                parameter.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
+    batch = groups(len(tokenizer), seed=3, prompts=prompts, responses=responses)
+    every_row = scored_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask)
+    every_row.sum().backward()
+    expected = gradients(model)
+    shared = shared_prompt_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask,
+                                    batch.prompt_lengths)
+    shared.sum().backward()
+    got = gradients(model)
+    scored = batch.response_mask.bool()
+    assert torch.allclose(shared[scored], every_row[scored], atol=2e-5)
+    adapters = [name for name in expected if "lora_" in name]
+    assert adapters
+    for name in adapters:  # over hundreds of keys float rounding sums up: relative to the gradient's norm
+        assert (got[name] - expected[name]).norm() <= 1e-4 * expected[name].norm(), name

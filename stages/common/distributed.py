@@ -94,31 +94,6 @@ def all_gather_objects(value) -> list:
     return everyone
 
 
-def deepspeed_config(global_batch: int, world_size: int, zero_stage: int, grad_clip: float) -> dict:
-    if global_batch % world_size:
-        raise ValueError(f"global_batch_size {global_batch} is not divisible by the world size {world_size}")
-    return {
-        "train_batch_size": global_batch,
-        "train_micro_batch_size_per_gpu": global_batch // world_size,
-        "gradient_accumulation_steps": 1,
-        "gradient_clipping": grad_clip,
-        "zero_optimization": {"stage": zero_stage},
-        "steps_per_print": 1 << 30,
-        "wall_clock_breakdown": False,
-    }
-
-
-def deepspeed_engine(module, optimizer, scheduler, global_batch: int, world_size: int, zero_stage: int, grad_clip: float):
-    """A DeepSpeed engine training `module` with our optimizer and schedule (DeepSpeed's config holds the rest)."""
-    import deepspeed
-
-    engine, _, _, _ = deepspeed.initialize(
-        model=module, optimizer=optimizer, lr_scheduler=scheduler,
-        config=deepspeed_config(global_batch, world_size, zero_stage, grad_clip),
-    )
-    return engine
-
-
 def barrier() -> None:
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
