@@ -56,10 +56,6 @@ class PromptSharing:
         return cls(torch.tensor(owner, device=input_ids.device), torch.tensor(first_row, device=input_ids.device),
                    prompt_lengths.to(input_ids.device), max(lengths), max(1, int(responses.max())))
 
-    @property
-    def distinct_prompts(self) -> int:
-        return int(self.first_row.shape[0])
-
     def prompts(self, values: torch.Tensor, fill: int) -> torch.Tensor:
         """[U, P, ...]: each distinct prompt's positions of `values`, left-padded with `fill`."""
         lengths = self.prompt_lengths[self.first_row]
