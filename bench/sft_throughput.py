@@ -4,12 +4,15 @@ same attention mode.
 Three arms, each on its own copy of the same initial weights, each training on the same batches in the same order
 (round r, step i is step r × steps + i of the stage's length-grouped batches, padded, not packed):
 
-- ours: the step stages/sft/train.py runs (DeepSpeed engine, SftObjective's loss on trained positions only,
-  FiniteSteps' finiteness check). In sparse mode that is the sparse phase: our tie-stable indexer, sparse-gather
+- ours: the step stages/sft/train.py runs (DeepSpeed engine, SftObjective's loss on trained positions only, each
+  layer's feed-forward on the batch's tokens without their padding (model/padding_free.py), FiniteSteps'
+  finiteness check). In sparse mode that is the sparse phase: our tie-stable indexer, sparse-gather
   attention, and the indexer's KL loss trained alongside the LM loss — work the other two arms do not do.
 - trl: TRL's `SFTTrainer.train()`, as a TRL user runs it: its own optimizer (`optim`'s default, fused AdamW), its
   chunked LM head (on a GPU over the trained positions only, like ours; on a CPU over every position) with its
-  entropy and token-accuracy metrics, its loss logged every step.
+  entropy and token-accuracy metrics, its loss logged every step. Padded, as ours' attention: TRL's
+  `padding_free` flattens the batch into one sequence, which it supports with FlashAttention 2 or 3 only (GPU
+  kernels); on a GPU with those installed it is TRL's best configuration and the comparison to make.
 - plain: the textbook loop: `model(..., labels=...).loss` over full logits, backward, clip, AdamW step.
 
 `--attention` puts all three in the same mode (named in every output):
