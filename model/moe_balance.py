@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from model.padding_free import token_positions
+
 BIAS = "e_score_correction_bias"
 
 
@@ -24,14 +26,14 @@ def routers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def hook_routers(model: torch.nn.Module, hook) -> list[torch.nn.Module]:
-    """`hook(index, router, tokens_only, output)` after every forward of each router of `model` (a value it
-    returns replaces the router's output: (logits, weights, experts)); the routers, in layer order. `tokens_only`:
-    the router saw [tokens, hidden] rows, the batch's tokens without padding (model/padding_free.py), rather than
-    the [batch, positions, hidden] layout."""
+    """`hook(index, router, positions, output)` after every forward of each router of `model` (a value it returns
+    replaces the router's output: (logits, weights, experts)); the routers, in layer order. `positions`: where the
+    router saw the batch's tokens without their padding (model/padding_free.py), the flat indices into the
+    forward's [batch × positions] of its rows; None where it saw the padded layout."""
     found = routers(model)
     for index, router in enumerate(found):
-        router.register_forward_hook(
-            lambda module, inputs, output, index=index: hook(index, module, inputs[0].dim() == 2, output))
+        router.register_forward_hook(lambda module, inputs, output, index=index: hook(
+            index, module, token_positions(model, inputs[0]), output))
     return found
 
 
@@ -63,11 +65,12 @@ class RouterLoad:
     def _leave(self, trunk, args, output) -> None:
         self._counting, self._tokens = False, None
 
-    def _count(self, index: int, router, tokens_only: bool, output) -> None:
+    def _count(self, index: int, router, positions: torch.Tensor | None, output) -> None:
         if not self._counting:
             return
         chosen = output[2]  # [positions, top_k]: the experts each position was sent to
-        rows, keys = self._tokens.shape if self._tokens is not None and not tokens_only else (0, 0)
+        # Rows of tokens alone (padding-free) are counted as they are.
+        rows, keys = self._tokens.shape if self._tokens is not None and positions is None else (0, 0)
         if rows and chosen.shape[0] % rows == 0 and chosen.shape[0] // rows <= keys:
             # A forward after a KV cache (model/shared_prompts.py) has a mask over the cached keys too: its own
             # positions are the mask's last columns.

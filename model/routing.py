@@ -65,7 +65,7 @@ class RoutingCapture:
         self.recording = False
         self._last: list[torch.Tensor | None] = [None] * len(hook_routers(model, self._keep))
 
-    def _keep(self, index: int, router, tokens_only: bool, output) -> None:
+    def _keep(self, index: int, router, positions: torch.Tensor | None, output) -> None:
         if self.recording:
             self._last[index] = output[2].to(torch.int32).cpu()
 
@@ -113,14 +113,13 @@ class ReplayedRouting:
         self.matched = self.routed = 0
         return share
 
-    def _route(self, index: int, router, tokens_only: bool, output):
+    def _route(self, index: int, router, positions: torch.Tensor | None, output):
         if self._experts is None:
             return None
-        if tokens_only:
-            raise ValueError("routing replay reads the engine's experts by [row, position]: the routers must see "
-                             "the padded layout, not padding-free tokens (model/padding_free.py)")
         logits, weights, chosen = output
         given = self._experts[..., index, :].reshape(-1, chosen.shape[-1]).to(chosen.device)
+        if positions is not None:  # the router saw the tokens alone (model/padding_free.py)
+            given = given[positions.to(given.device)]
         if given.shape[0] != chosen.shape[0]:
             raise ValueError(f"routing replay: {given.shape[0]} positions given for a forward of {chosen.shape[0]}")
         known = (given >= 0).all(dim=-1)

@@ -8,12 +8,15 @@ import pytest
 import torch
 
 from model.dsa import set_dense_attention
+from model.logprobs import scored_logprobs
 from model.moe_balance import RouterLoad
 from model.padding_free import padding_free_feed_forward
 from model.presets import build_model
-from model.routing import ReplayedRouting, moe_layers
+from model.routing import ReplayedRouting, RoutingLayout
+from model.shared_prompts import shared_prompt_logprobs
 from stages.common.batches import TokenizedSample, collate
 from stages.sft.objective import SftObjective, sft_loss, trained_positions
+from tests.test_shared_prompts import groups
 
 
 def padded_batch(tokenizer, lengths=(70, 9, 52, 31)):
@@ -77,14 +80,39 @@ def test_the_routers_count_the_batch_s_tokens_alone_and_see_no_padding(tokenizer
     assert load.take().sum(dim=1).tolist() == [float(tokens * top_k)] * len(load.routers)
 
 
-def test_routing_replay_refuses_padding_free_rows(tokenizer):
-    batch = padded_batch(tokenizer)
-    model = build_model("glm5-tiny", tokenizer, seed=3)
-    replay = ReplayedRouting(model)
-    objective = SftObjective(model)
-    rows, positions = batch.input_ids.shape
-    experts = torch.zeros(rows, positions, len(moe_layers(model)), model.config.num_experts_per_tok,
-                          dtype=torch.int32)
-    with replay.replaying(experts, replay=True), pytest.raises(ValueError, match="padding-free"):
-        objective(batch.input_ids, batch.attention_mask, batch.loss_mask)
-
+@pytest.mark.parametrize("share_prompts", [False, True])
+def test_rl_logprobs_gradients_and_routing_replay_are_the_padded_computation_s(tokenizer, share_prompts):
+    """The RL forward (model/logprobs.py), and each distinct prompt once then the responses after its KV cache
+    (model/shared_prompts.py), whose mask has the cached keys' columns too; the engine's experts replayed at the
+    tokens' positions."""
+    batch = groups(len(tokenizer), seed=4)
+    reference = build_model("glm5-tiny", tokenizer, seed=3).eval()
+    set_dense_attention(reference, dense=False)
+    model = copy.deepcopy(reference)
+    padding_free_feed_forward(model)
+    layout = RoutingLayout.of(model)
+    generator = torch.Generator().manual_seed(0)
+    experts = torch.stack([torch.randperm(model.config.n_routed_experts, generator=generator)[:layout.top_k]
+                           for _ in range(batch.input_ids.numel() * len(layout.moe_layers))])
+    experts = experts.view(*batch.input_ids.shape, len(layout.moe_layers), layout.top_k).to(torch.int32)
+    experts[~batch.attention_mask.bool()] = -1
+    for row, length in enumerate(batch.prompt_lengths.tolist()):  # a group's prompt routed alike for each member
+        first = next(r for r in range(row + 1) if torch.equal(batch.input_ids[r, :length], batch.input_ids[row, :length]))
+        experts[row, :length] = experts[first, :length]
+    results = []
+    for each in (reference, model):
+        replayed, load = ReplayedRouting(each), RouterLoad(each)
+        with replayed.replaying(experts, True):
+            if share_prompts:
+                logp = shared_prompt_logprobs(each, batch.input_ids, batch.attention_mask, batch.response_mask,
+                                              batch.prompt_lengths, routed_experts=experts,
+                                              before_pass=lambda pass_layout, r=replayed: r.given(pass_layout(experts, -1)))
+            else:
+                logp = scored_logprobs(each, batch.input_ids, batch.attention_mask, batch.response_mask)
+            logp.sum().backward()
+        results.append((logp.detach(), gradients(each), replayed.agreement(), load.take()))
+    (want, want_grads, want_agreement, want_load), (got, got_grads, got_agreement, got_load) = results
+    assert torch.allclose(got, want, atol=1e-5)
+    assert got_agreement == want_agreement and torch.equal(got_load, want_load)
+    for name, grad in want_grads.items():
+        assert torch.allclose(got_grads[name], grad, atol=1e-6, rtol=1e-4), name

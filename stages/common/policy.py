@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from model.dsa import install_dsa_indexers, set_dense_attention
+from model.padding_free import padding_free_feed_forward
 from rollout.engine_settings import WeightSync
 from rollout.engines import EngineFleet, launch_engines
 from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk, WeightDelivery, weight_payload
@@ -27,7 +28,8 @@ def rl_training_engine(model, settings: OptimizerSettings, compute: ComputeSetti
     """A DeepSpeed engine over the causal LM with sparse attention on and the DSA indexer frozen
     (trained during SFT; RL must not move which keys a query selects), and any parameter whose name
     matches a `frozen` glob; LoRA and activation checkpointing as `compute` asks; linear warm-up, then
-    constant lr."""
+    constant lr. Each layer's feed-forward computes the batch's tokens alone (model/padding_free.py)."""
+    padding_free_feed_forward(model)
     for indexer in install_dsa_indexers(model):
         indexer.requires_grad_(False)
     freeze_matching(model, frozen)
