@@ -33,12 +33,15 @@ class Sample:
 
 
 def generate_payload(prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True,
-                     routed_experts: bool = False) -> dict:
+                     routed_experts: bool = False, routed_experts_from: int = 0) -> dict:
     """A /generate body in SGLang's shape; sampling parameters left at SGLang's defaults are not sent.
-    `routed_experts`: each position's experts back in meta_info (SGLang serves them with
-    --enable-return-routed-experts)."""
+    `routed_experts`: each position's experts back in meta_info, from position `routed_experts_from` on
+    (SGLang serves them with --enable-return-routed-experts)."""
+    routed = {"return_routed_experts": True} if routed_experts else {}
+    if routed_experts and routed_experts_from:
+        routed["routed_experts_start_len"] = routed_experts_from
     return {"input_ids": prompts, "sampling_params": sampling.model_dump(exclude_defaults=True),
-            "return_logprob": return_logprob, **({"return_routed_experts": True} if routed_experts else {})}
+            "return_logprob": return_logprob, **routed}
 
 
 def scoring_payload(prompts: list[list[int]]) -> dict:

@@ -6,6 +6,10 @@ before its health check noticed) is asked again after a short backoff: the route
 the dead replica out and the key hashes onto a live one. A rollout is therefore never lost with its
 replica, nor run twice: its earlier turns are kept, only the failed turn is asked again.
 
+SGLang's router (sglang-router 0.3) drops `return_routed_experts` from the /generate body it forwards, so a
+request that asks for each token's experts (routing replay) goes to a replica directly: the one its key hashes
+to among the workers the router lists as healthy, asked again on the next listing if it fails there.
+
 The router does not forward weight updates, so `update_weights` delivers them (from disk, or broadcast:
 rollout/weight_push.py) to every worker the router lists (`GET /workers`) and checks the version each
 one answers with. A worker that fails its update is taken out of the router; one the router already saw
@@ -16,6 +20,7 @@ back: no replica serves stale weights after a push.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -59,6 +64,7 @@ class Fleet:
         self.parked: list[str] = []  # workers taken out of the router, put back once they serve the weights
         self.requests: Counter[str] = Counter()  # turns answered, by replica
         self.served_by: dict[str, list[str]] = {}  # in-flight rollout → the replica that answered each turn
+        self._healthy: list[str] | None = None  # the router's healthy workers, for requests that bypass it
         self.retries = self.removals = self.readmissions = 0
 
     async def __aenter__(self) -> Fleet:
@@ -67,16 +73,22 @@ class Fleet:
     async def __aexit__(self, *exc) -> None:
         await self.client.aclose()
 
-    async def generate(self, rollout_id: str, input_ids: list[int], sampling: SamplingParams) -> Sample:
-        """One turn of one rollout, on the rollout's replica; asked again if it fails there."""
-        sample, replica = await self.generate_batch(rollout_id, [input_ids], sampling)
+    async def generate(self, rollout_id: str, input_ids: list[int], sampling: SamplingParams,
+                       routed_experts_from: int | None = None) -> Sample:
+        """One turn of one rollout, on the rollout's replica; asked again if it fails there. With
+        `routed_experts_from`, the experts of each position from there on come back with it."""
+        sample, replica = await self.generate_batch(rollout_id, [input_ids], sampling,
+                                                    routed_experts=routed_experts_from is not None,
+                                                    routed_experts_from=routed_experts_from or 0)
         self.served_by.setdefault(rollout_id, []).append(replica)
         return sample[0]
 
     async def generate_batch(self, key: str, prompts: list[list[int]], sampling: SamplingParams,
-                             return_logprob: bool = True, routed_experts: bool = False) -> tuple[list[Sample], str]:
+                             return_logprob: bool = True, routed_experts: bool = False,
+                             routed_experts_from: int = 0) -> tuple[list[Sample], str]:
         """A batch on the replica `key` hashes to (asked again if it fails there), and that replica."""
-        answer, replica = await self._answered(key, generate_payload(prompts, sampling, return_logprob, routed_experts))
+        payload = generate_payload(prompts, sampling, return_logprob, routed_experts, routed_experts_from)
+        answer, replica = await self._answered(key, payload)
         return samples_from_answer(replica, prompts, answer), replica
 
     async def score_batch(self, key: str, prompts: list[list[int]]) -> list[list[float | None]]:
@@ -87,6 +99,7 @@ class Fleet:
         return [[lp for lp, _, _ in o.meta_info.input_token_logprobs or []] for o in outputs]
 
     async def _answered(self, key: str, payload: dict) -> tuple[list, str]:
+        bypass = self.routed and payload.get("return_routed_experts", False)
         last_error = ""
         for attempt in range(self.max_attempts):
             if attempt:
@@ -94,19 +107,28 @@ class Fleet:
                 log.warning("%s: asking again (attempt %d) after %s", key, attempt + 1, last_error)
                 await asyncio.sleep(self.backoff_s * 2 ** min(attempt - 1, 4))
             try:
-                response = await self.client.post(f"{self.router_url}/generate", json=payload,
-                                                  headers={ROUTING_KEY_HEADER: key})
-            except httpx.TransportError as error:
-                last_error = f"the router is unreachable: {error!r}"
+                url = await self._replica_for(key, fresh=attempt > 0) if bypass else self.router_url
+                response = await self.client.post(f"{url}/generate", json=payload, headers={ROUTING_KEY_HEADER: key})
+            except (httpx.TransportError, LookupError) as error:
+                last_error = f"{'a replica' if bypass else 'the router'} is unreachable: {error!r}"
                 continue
             if response.status_code == 200:
-                replica = response.headers.get(ENGINE_HEADER, "unknown")
+                replica = response.headers.get(ENGINE_HEADER, url if bypass else "unknown")
                 self.requests[replica] += 1
                 return response.json(), replica
             if response.status_code in REQUEST_FAULTS:
-                raise EngineRequestError(f"{self.router_url}/generate answered {response.status_code}: {response.text}")
+                raise EngineRequestError(f"{url}/generate answered {response.status_code}: {response.text}")
             last_error = f"answered {response.status_code}: {response.text[:200]}"
         raise EngineUnavailableError(f"{key}: no replica answered in {self.max_attempts} attempts: {last_error}")
+
+    async def _replica_for(self, key: str, fresh: bool) -> str:
+        """The healthy worker `key` hashes to, from the router's listing (listed again when `fresh`): a
+        rollout's turns stay on one replica while the listing holds."""
+        if fresh or self._healthy is None:
+            self._healthy = sorted(worker.url for worker in await self.workers() if worker.healthy)
+        if not self._healthy:
+            raise LookupError(f"the router at {self.router_url} lists no healthy worker")
+        return self._healthy[int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % len(self._healthy)]
 
     def finish(self, rollout_id: str) -> list[str]:
         """The rollout is over. Returns the replica of each of its turns."""
@@ -127,6 +149,7 @@ class Fleet:
         """Every worker the router lists serves `weights`, or is taken out of the router; parked workers
         that answer again get them too and are put back."""
         listed = await self.workers()
+        self._healthy = None  # workers may leave or come back below
         for worker in listed:
             if not worker.healthy:
                 await self._remove(worker, "unhealthy at a weight update", park=True)

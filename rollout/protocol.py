@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -113,9 +113,11 @@ class UniformBatch:
     return_logprob: bool = False
     # SGLang's convention: prompt logprobs from this position on; -1 returns none.
     logprob_start_len: int = -1
-    # The experts each position was routed to (model/routing.py), from this position on.
+    # The experts each position was routed to (model/routing.py), from each prompt's position on (per prompt, as
+    # `prompts`; empty: from 0). Not a setting of the batch: an agent's turns, each asking from where its last
+    # turn's experts ended, decode together.
     return_routed_experts: bool = False
-    routed_experts_start_len: int = 0
+    routed_experts_start_len: list[int] = field(default_factory=list)
 
     def wants_prompt_logprobs(self) -> bool:
         # A prefill-only request asking for logprobs is scoring the prompt (distillation's teachers).
@@ -123,8 +125,11 @@ class UniformBatch:
 
     def settings_key(self) -> str:
         """Equal for batches the engine may decode as one."""
-        return (f"{self.sampling.model_dump_json()}|{self.return_logprob}|{self.logprob_start_len}|"
-                f"{self.return_routed_experts}|{self.routed_experts_start_len}")
+        return f"{self.sampling.model_dump_json()}|{self.return_logprob}|{self.logprob_start_len}|{self.return_routed_experts}"
+
+    def routed_from(self, index: int) -> int:
+        """Where prompt `index`'s routed experts start."""
+        return self.routed_experts_start_len[index] if self.routed_experts_start_len else 0
 
 
 def _per_prompt(name: str, value, count: int) -> list:
@@ -197,11 +202,11 @@ class GenerateRequest(BaseModel):
         groups: dict[str, tuple[list[int], UniformBatch]] = {}
         for index, (prompt, sampling, wants, start, routes, routed_start) in enumerate(zip(
                 prompts, self.sampling(), returns, starts, routed, routed_starts, strict=True)):
-            batch = UniformBatch([], sampling, bool(wants), -1 if start is None else start, bool(routes),
-                                 routed_start or 0)
+            batch = UniformBatch([], sampling, bool(wants), -1 if start is None else start, bool(routes))
             indices, group = groups.setdefault(batch.settings_key(), ([], batch))
             indices.append(index)
             group.prompts.append(prompt)
+            group.routed_experts_start_len.append(routed_start or 0)
         return list(groups.values())
 
 

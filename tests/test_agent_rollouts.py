@@ -10,19 +10,25 @@ from pathlib import Path
 
 import pytest
 import requests
+import torch
 from transformers import AutoModelForCausalLM
 
 from data_contracts import ROLLOUT_V1
 from data_contracts.conversation import messages_from_records
 from data_contracts.parquet import write_parquet
-from model.presets import build_model
+from model.dsa import install_dsa_indexers, set_dense_attention
+from model.presets import build_model, load_model
+from model.routing import ReplayedRouting, RoutingLayout
 from rollout.agents.envs.catalog import task_class
 from rollout.agents.orchestrator import EpisodeSettings, Orchestrator, RolloutSpec
 from rollout.agents.task_services import TaskServices
+from rollout.agents.trajectory import TrajectoryBuilder
 from rollout.fleet import Fleet
 from rollout.process import EngineProcess, RouterProcess
 from rollout.protocol import SamplingParams
 from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk, weight_payload
+from stages.agentic.train import segments_batch
+from stages.common.rl_batches import padded_batch, with_routed_experts
 from suites.prepare import SuiteSizes, prompt_splits
 from tests.faults.processes import wait_for
 from tests.unavailable_proxy import UnavailableProxy
@@ -103,11 +109,11 @@ def own_stack(checkpoint, tmp_path):
     running.close()
 
 
-async def play_all(stack, tokenizer, rollout_specs, during=None):
+async def play_all(stack, tokenizer, rollout_specs, during=None, routed_experts=False):
     stack.registry.bind(asyncio.get_running_loop())
     async with Fleet(stack.router_url) as fleet:
         await stack.registry.wait_registered(list(stack.services), timeout_s=30)
-        orchestrator = Orchestrator(stack.registry, fleet, tokenizer, SAMPLING, SETTINGS)
+        orchestrator = Orchestrator(stack.registry, fleet, tokenizer, SAMPLING, SETTINGS, routed_experts=routed_experts)
         plays = [asyncio.create_task(orchestrator.play(spec)) for spec in rollout_specs]
         if during is not None:
             await during(fleet)
@@ -166,6 +172,65 @@ def test_rollouts_record_exact_engine_tokens_with_environment_tokens_masked(stac
                 assert tokenizer.decode(masked, skip_special_tokens=False).startswith("<tool_response>")
     assert sum(fleet.requests.values()) == sum(r.turns for r in results)
     assert set(fleet.requests) == {e.url for e in stack.engines}  # both replicas served, each named by its header
+
+
+def trainer_agreement(checkpoint, batch) -> float:
+    """The share of (position, MoE layer) pairs where the trainer's own routing (fp32, the same weights) picks the
+    engine's experts: near 1 where the experts are aligned with their positions, far below where they are not."""
+    model = load_model(checkpoint).eval()
+    install_dsa_indexers(model)
+    set_dense_attention(model, dense=False)
+    replayed = ReplayedRouting(model)
+    with replayed.replaying(batch.routed_experts, False), torch.no_grad():
+        model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+    return replayed.agreement()
+
+
+def test_turns_asking_for_routed_experts_go_past_the_router_and_each_sample_carries_every_position_s(
+        stack, checkpoint, tokenizer, tmp_path):
+    """SGLang's router drops return_routed_experts, so those turns go to the replica their rollout hashes to among
+    the router's healthy workers; each sample (rollout@1 row) carries the experts of every position but its last."""
+    results, fleet = asyncio.run(play_all(stack, tokenizer, specs(8, prefix="r"), routed_experts=True))
+    rows = [row for r in results for row in r.rows]
+    write_parquet(ROLLOUT_V1, rows, tmp_path / "rollouts.parquet")  # the experts on record, in rollout@1
+    for result in results:
+        assert len(set(result.replicas)) == 1 and len(result.replicas) == result.turns
+    assert set(fleet.requests) == {e.url for e in stack.engines}  # both replicas served, past the router
+    done = [r for r in results if r.rows]
+    layout = RoutingLayout.of(load_model(checkpoint))
+    batch, _ = segments_batch([done], torch.zeros(len(done)), tokenizer.pad_token_id, layout, replay=True)
+    known = (batch.routed_experts >= 0).all(dim=-1).all(dim=-1).sum(dim=1)
+    assert torch.equal(known, batch.attention_mask.sum(dim=1) - 1)  # every position but the last, each row
+    assert trainer_agreement(checkpoint, batch) >= 0.99
+
+
+def test_a_sample_of_several_turns_puts_its_turns_experts_together_position_by_position(stack, checkpoint, tokenizer):
+    """Each turn asks from where the sample's last turn ended (its last sampled token, which this turn runs first),
+    the environment's tokens between turns included: the parts cover the sample exactly once, aligned."""
+    observation = tokenizer("<tool_response>42</tool_response>", add_special_tokens=False)["input_ids"]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=10, ignore_eos=True)
+
+    async def three_turns():
+        async with Fleet(stack.router_url) as fleet:
+            builder, ids, starts = TrajectoryBuilder(), list(range(30, 52)), []
+            for _ in range(3):
+                starts.append(builder.routed_from(ids))
+                sample = await fleet.generate("several-turns", ids, sampling, starts[-1])
+                builder.add_turn(ids, sample)
+                ids = ids + sample.output_ids + observation
+            return builder, starts
+
+    builder, starts = asyncio.run(three_turns())
+    [segment] = builder.segments
+    assert len(segment.turn_starts) == 3
+    turn_ends = [len(segment.prompt_ids) + start for start in segment.turn_starts[1:]]
+    assert starts == [0] + [end - len(observation) - 1 for end in turn_ends]
+    layout = RoutingLayout.of(load_model(checkpoint))
+    batch = with_routed_experts(padded_batch([(segment.prompt_ids, segment.response_ids, segment.loss_mask,
+                                               segment.logprobs)], tokenizer.pad_token_id),
+                                [segment.routed_experts], layout)
+    assert int((batch.routed_experts >= 0).all(dim=-1).all(dim=-1).sum()) == len(segment.sequence()) - 1
+    assert trainer_agreement(checkpoint, batch) >= 0.99
 
 
 def test_a_replica_answering_503_for_a_while_is_skipped_and_rejoins(stack, tokenizer):

@@ -66,9 +66,12 @@ class EnvironmentFailure(RuntimeError):
 
 class Orchestrator:
     def __init__(self, registry: TaskRegistry, fleet: Fleet, tokenizer, sampling: SamplingParams,
-                 settings: EpisodeSettings = EpisodeSettings(), env_timeout_s: float = 60.0):
+                 settings: EpisodeSettings = EpisodeSettings(), env_timeout_s: float = 60.0,
+                 routed_experts: bool = False):
+        """`routed_experts`: every turn asks the engine for each position's experts (routing replay), which the
+        rollout's samples then carry."""
         self.registry, self.fleet, self.tokenizer = registry, fleet, tokenizer
-        self.sampling, self.settings = sampling, settings
+        self.sampling, self.settings, self.routed_experts = sampling, settings, routed_experts
         self.env = httpx.AsyncClient(timeout=env_timeout_s, headers=bearer_headers())
         self._placeholder_cache: dict[int, list[int]] = {}
 
@@ -111,7 +114,8 @@ class Orchestrator:
                 return "truncated", 0.0, None
             started = time.monotonic()
             sampling = self.sampling.model_copy(update={"max_new_tokens": min(self.sampling.max_new_tokens, budget)})
-            sample = await self.fleet.generate(spec.rollout_id, ids, sampling)
+            sample = await self.fleet.generate(spec.rollout_id, ids, sampling,
+                                               builder.routed_from(ids) if self.routed_experts else None)
             timing["gen"] += time.monotonic() - started
             builder.add_turn(ids, sample)
             text = self.tokenizer.decode(sample.output_ids, skip_special_tokens=False)
@@ -161,6 +165,6 @@ class Orchestrator:
             "prompt_id": spec.row["id"], "task": spec.task, "prompt_ids": segment.prompt_ids,
             "response_ids": segment.response_ids, "loss_mask": segment.loss_mask,
             "rollout_logprobs": segment.logprobs, "weight_versions": sorted(segment.weight_versions),
-            "turn_starts": segment.turn_starts, "reward": reward, "status": status,
+            "turn_starts": segment.turn_starts, "routed_experts": segment.routed_experts, "reward": reward, "status": status,
             "t_start": started, "t_end": time.time(), "gen_seconds": timing["gen"], "env_seconds": timing["env"],
         }

@@ -5,10 +5,16 @@ output plus the environment's reply, the whole run is one sample: the model's to
 (loss mask 1, with the engine's logprobs) and the environment's are not (mask 0). When context
 management rewrites the history (a placeholder, a discard), the engine saw a different prefix, so a
 new sample starts at that turn: every sample holds exactly the ids its tokens were generated after.
+
+Where the engine returns each position's routed experts (routing replay), each turn asks for them from where
+its sample's last turn's ended (`routed_from`): the positions the engine ran in this turn, the previous turn's
+last sampled token first. A sample's parts put together cover every position of it but its last token, in
+SGLang's layout, as a single-turn sample's do.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 
 from model import special_tokens as st
@@ -23,9 +29,18 @@ class Segment:
     logprobs: list[float] = field(default_factory=list)
     weight_versions: list[int] = field(default_factory=list)
     turn_starts: list[int] = field(default_factory=list)  # where each generated turn begins in response_ids
+    # Each turn's routed experts (SGLang's base64 payload), while every turn returned them; None once one did not.
+    routed_parts: list[str] | None = field(default_factory=list)
 
     def sequence(self) -> list[int]:
         return self.prompt_ids + self.response_ids
+
+    @property
+    def routed_experts(self) -> str | None:
+        """The experts of every position but the last, one payload; None unless every turn returned its part."""
+        if not self.routed_parts:
+            return None
+        return base64.b64encode(b"".join(base64.b64decode(part) for part in self.routed_parts)).decode("ascii")
 
 
 @dataclass
@@ -33,12 +48,24 @@ class TrajectoryBuilder:
     segments: list[Segment] = field(default_factory=list)
     turns: int = 0
 
+    def routed_from(self, prompt_ids: list[int]) -> int:
+        """The first position whose routed experts the turn after `prompt_ids` should ask for: 0 where the turn
+        starts a sample, else the previous turn's last sampled token (the first position this turn runs)."""
+        current = self.segments[-1] if self.segments else None
+        return len(current.sequence()) - 1 if current is not None and self._continues(current, prompt_ids) else 0
+
+    @staticmethod
+    def _continues(current: Segment, prompt_ids: list[int]) -> bool:
+        so_far = current.sequence()
+        return prompt_ids[: len(so_far)] == so_far
+
     def add_turn(self, prompt_ids: list[int], sample: Sample) -> None:
-        """Record the turn the engine generated after `prompt_ids`."""
+        """Record the turn the engine generated after `prompt_ids` (with its routed experts from
+        `routed_from(prompt_ids)` on, where it returned them)."""
         self.turns += 1
         current = self.segments[-1] if self.segments else None
         so_far = current.sequence() if current else None
-        if current is not None and prompt_ids[: len(so_far)] == so_far:
+        if current is not None and self._continues(current, prompt_ids):
             environment = prompt_ids[len(so_far):]  # what the environment added since the last turn
             current.response_ids += environment
             current.loss_mask += [0] * len(environment)
@@ -52,6 +79,8 @@ class TrajectoryBuilder:
         current.response_ids += sample.output_ids
         current.loss_mask += [1] * len(sample.output_ids)
         current.logprobs += sample.output_logprobs
+        if current.routed_parts is not None:
+            current.routed_parts = current.routed_parts + [sample.routed_experts] if sample.routed_experts else None
         version = int(sample.weight_version)
         if version not in current.weight_versions:
             current.weight_versions.append(version)

@@ -52,7 +52,8 @@ class RequestBatcher:
             await self._serve_alone(group[0])
             return
         first = group[0].batch
-        merged = replace(first, prompts=[p for g in group for p in g.batch.prompts])
+        merged = replace(first, prompts=[p for g in group for p in g.batch.prompts],
+                         routed_experts_start_len=[g.batch.routed_from(i) for g in group for i in range(len(g.batch.prompts))])
         try:
             completions, version = await asyncio.wrap_future(self.run(self.engine.generate, merged))
         except ValueError:  # one bad request must not fail the others: name it alone

@@ -166,7 +166,7 @@ class Engine:
                 routed.decoded(active)
         return [
             Completion(outputs[i], logprobs[i], finish[i], None if prompt_logprobs is None else prompt_logprobs[i],
-                       None if routed is None else routed.of(i, len(outputs[i]), batch.routed_experts_start_len))
+                       None if routed is None else routed.of(i, len(outputs[i]), batch.routed_from(i)))
             for i in range(len(prompts))
         ]
 

@@ -37,6 +37,9 @@ class AgenticRecipe(BaseModel):
     compute: ComputeSettings = nested(ComputeSettings())
     router_balancing: RouterBalancing = nested(RouterBalancing(enabled=False), "MoE load balancing by the routers' "
                                                "biases: off in RL by default, as peers keep the router as SFT left it")
+    routing_replay: bool = Field(False, description="train each token through the experts the engine routed it to "
+                                                    "(R3) instead of recomputing them; either way each step reports "
+                                                    "routing_agreement with the engines (MoE models)")
     sampling: SamplingSettings = nested(SamplingSettings())
     episode: EpisodeSettings = nested(EpisodeSettings())
     objective: ImportanceSettings = nested(ImportanceSettings())

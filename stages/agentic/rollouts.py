@@ -39,12 +39,15 @@ class Group:
 class RolloutProducer:
     def __init__(self, config: AgenticRlConfig, tokenizer, task_rows: dict[str, list[dict]], fleet_url: str,
                  routed: bool, registry: TaskRegistry, rank: int, start_step: int = 0,
-                 initial_weights: WeightDelivery | None = None, pass_rates: PassRates | None = None):
+                 initial_weights: WeightDelivery | None = None, pass_rates: PassRates | None = None,
+                 routed_experts: bool = False):
         """`fleet_url`: SGLang's router, or the only engine (`routed` False). `initial_weights`: what the
         replicas must serve before the first rollout, for a resumed run whose replicas started from the
         init checkpoint. `pass_rates`: the rows' running pass rates the prompts are drawn by (difficulty on),
-        which the trainer updates as it takes groups."""
+        which the trainer updates as it takes groups. `routed_experts`: every turn asks for its positions'
+        experts (a MoE policy: routing agreement, and replay)."""
         self.config, self.tokenizer, self.task_rows, self.pass_rates = config, tokenizer, task_rows, pass_rates
+        self.routed_experts = routed_experts
         self.fleet_url, self.routed = fleet_url, routed
         self.registry, self.rank, self.initial_weights = registry, rank, initial_weights
         self.groups: queue.Queue[Group | None] = queue.Queue()  # None: generation failed
@@ -111,7 +114,8 @@ class RolloutProducer:
             if self.initial_weights is not None:
                 await fleet.update_weights(self.initial_weights)
             await self.registry.wait_registered(list(config.tasks), timeout_s=120)
-            orchestrator = Orchestrator(self.registry, fleet, self.tokenizer, config.sampling.params(), config.episode)
+            orchestrator = Orchestrator(self.registry, fleet, self.tokenizer, config.sampling.params(), config.episode,
+                                        routed_experts=self.routed_experts)
             self._ready.set()
             running: set[asyncio.Task] = set()
             index = 0

@@ -16,6 +16,7 @@ from contextlib import ExitStack
 import torch
 
 from model.presets import load_model
+from model.routing import ReplayedRouting, RoutingLayout
 from rollout.agents.task_services import TaskServices
 from rollout.engines import launch_engines
 from rollout.weight_push import FromDisk
@@ -38,7 +39,7 @@ from stages.common.policy import (
     weights_push_dir,
 )
 from stages.common.policy_step import LossOf, policy_step
-from stages.common.rl_batches import TrainBatch, padded_batch
+from stages.common.rl_batches import TrainBatch, padded_batch, require_routed_experts, with_routed_experts
 from stages.common.router_balance import RouterBalance
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
@@ -55,6 +56,8 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     events.emit("data", **{f"{task}_prompts": len(rows) for task, rows in task_rows.items()})
     model = load_model(stage.init_dir).eval()
     balance = RouterBalance(model, config.router_balancing)
+    routing = RoutingLayout.of(model)  # a MoE policy's engines return each position's experts
+    replayed = ReplayedRouting(model) if routing is not None else None
     # Each rank trains its own groups; a step's micro-batches hold segments (rollout@1 rows), as many as
     # its rollouts have turns.
     shape = step_shape(config.groups_per_step * config.group_size * dist.world_size, dist.world_size,
@@ -69,7 +72,8 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     version = -(-start_step // config.push_every)
 
     with ExitStack() as stack:
-        producer = start_rollouts(stack, config, stage, engine, tokenizer, task_rows, start_step, version, pass_rates)
+        producer = start_rollouts(stack, config, stage, engine, tokenizer, task_rows, start_step, version, pass_rates,
+                                  routed_experts=routing is not None)
         push = weight_pusher(stack, config.engines.weight_sync, engine, producer.update_weights, workdir, dist)
         run, trained_samples = stack.enter_context(timed()), 0
         for step in range(start_step, config.max_steps):
@@ -89,11 +93,12 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
             with timed() as training:
                 rewards = torch.tensor(drawn.rewards, dtype=torch.float32)
                 rollout_advantages = centred_advantages(rewards).flatten()
-                batch, advantages = segments_batch(groups, rollout_advantages, tokenizer.pad_token_id)
+                batch, advantages = segments_batch(groups, rollout_advantages, tokenizer.pad_token_id, routing,
+                                                   config.routing_replay)
                 trained = policy_step(
                     engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite, step + 1,
                     importance_loss_of(advantages, config.objective),
-                    mean_over="tokens")
+                    mean_over="tokens", routing=replayed, replay=config.routing_replay)
                 expert_load = balance.after_step(last=step + 1 == config.max_steps)
                 samples = agentic_rows(config.stage_name, step + 1, groups, drawn.rewards, rollout_advantages,
                                        trained.logp_old, importance_mask(trained.logp_old, batch.logp_infer,
@@ -118,10 +123,11 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
 
 
 def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs, engine, tokenizer, task_rows,
-                   start_step: int, version: int, pass_rates: PassRates | None) -> RolloutProducer:
+                   start_step: int, version: int, pass_rates: PassRates | None,
+                   routed_experts: bool) -> RolloutProducer:
     """The engines (`config.engines`), the task services and the producer playing groups on them (drawing
-    prompts by `pass_rates` when difficulty is on), all stopped when `stack` closes; a resumed run's weights
-    reach the engines first."""
+    prompts by `pass_rates` when difficulty is on, asking for each position's experts with `routed_experts`),
+    all stopped when `stack` closes; a resumed run's weights reach the engines first."""
     dist, workdir = stage.dist, stage.workdir
     # Asynchronous: the replicas generate while the trainer trains, so the cores are shared by all of them.
     ready = launch_engines(stack, config.engines, config.init_checkpoint, workdir, seed=config.seed * 100,
@@ -136,19 +142,26 @@ def start_rollouts(stack: ExitStack, config: AgenticRlConfig, stage: StageInputs
     if start_step:  # the replicas started from the init checkpoint: the resumed weights reach them once, by disk
         initial_weights = FromDisk(push_weights(engine, workdir, version, dist.is_main, deliver=None), str(version))
     producer = RolloutProducer(config, tokenizer, task_rows, fleet.url, fleet.routed, services.registry, dist.rank,
-                               start_step, initial_weights, pass_rates)
+                               start_step, initial_weights, pass_rates, routed_experts)
     stack.callback(producer.stop)
     producer.start()
     producer.wait_ready(timeout_s=120)
     return producer
 
 
-def segments_batch(groups: list, advantages: torch.Tensor, pad_id: int) -> tuple[TrainBatch, torch.Tensor]:
-    """Every segment (rollout@1 row) of every rollout as one padded batch, each with its rollout's advantage."""
+def segments_batch(groups: list, advantages: torch.Tensor, pad_id: int, routing: RoutingLayout | None = None,
+                   replay: bool = False) -> tuple[TrainBatch, torch.Tensor]:
+    """Every segment (rollout@1 row) of every rollout as one padded batch, each with its rollout's advantage;
+    with `routing`, the experts the engine routed each segment's positions to (all of them, with `replay`)."""
     rollouts = [r for results in groups for r in results]
     segments = [(row, float(a)) for r, a in zip(rollouts, advantages, strict=True) for row in r.rows]
     batch = padded_batch([(row["prompt_ids"], row["response_ids"], row["loss_mask"], row["rollout_logprobs"])
                           for row, _ in segments], pad_id)
+    if routing is not None:
+        payloads = [row.get("routed_experts") for row, _ in segments]
+        if replay:
+            require_routed_experts(payloads, "segment")
+        batch = with_routed_experts(batch, payloads, routing)
     return batch, torch.tensor([a for _, a in segments])
 
 

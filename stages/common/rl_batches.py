@@ -48,17 +48,30 @@ def train_batch(samples: Sequence[Sample], pad_id: int, routing: RoutingLayout |
     the experts the engine routed each position to where it returned them."""
     batch = padded_batch([(s.prompt_ids, s.output_ids, [1] * len(s.output_ids), s.output_logprobs) for s in samples],
                          pad_id)
-    if routing is None:
-        return batch
+    return batch if routing is None else with_routed_experts(batch, [s.routed_experts for s in samples], routing)
+
+
+def with_routed_experts(batch: TrainBatch, payloads: Sequence[str | None], routing: RoutingLayout) -> TrainBatch:
+    """`batch` with the experts the engine routed each row's positions to (SGLang's payload: every position of the
+    row but its last), -1 where a row has none."""
     experts = torch.full((*batch.input_ids.shape, len(routing.moe_layers), routing.top_k), -1, dtype=torch.int32)
-    for row, sample in enumerate(samples):
-        if sample.routed_experts is not None:
-            chosen = routing.routed_layers(sample.routed_experts)
-            if len(chosen) != len(sample.prompt_ids) + len(sample.output_ids) - 1:
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    for row, payload in enumerate(payloads):
+        if payload is not None:
+            chosen = routing.routed_layers(payload)
+            if len(chosen) != lengths[row] - 1:
                 raise ValueError(f"row {row}: the engine routed {len(chosen)} positions of a sequence of "
-                                 f"{len(sample.prompt_ids) + len(sample.output_ids)} tokens (expected all but the last)")
+                                 f"{lengths[row]} tokens (expected all but the last)")
             experts[row, :len(chosen)] = chosen
     return replace(batch, routed_experts=experts)
+
+
+def require_routed_experts(payloads: Sequence[str | None], what: str = "sample") -> None:
+    """routing_replay trains through the engine's experts: every sequence an engine drew must come with them."""
+    missing = [index for index, payload in enumerate(payloads) if payload is None]
+    if missing:
+        raise ValueError(f"routing_replay: {what} {missing[0]} came back without its routed experts: the engine "
+                         f"does not return them (SGLang serves them with --enable-return-routed-experts)")
 
 
 def padded_batch(sequences: Sequence[tuple[list[int], list[int], list[int], list[float]]], pad_id: int) -> TrainBatch:

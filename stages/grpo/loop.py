@@ -35,7 +35,7 @@ from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.prompts import RlPrompt
-from stages.common.rl_batches import TrainBatch, train_batch
+from stages.common.rl_batches import TrainBatch, require_routed_experts, train_batch
 from stages.common.router_balance import RouterBalance
 from stages.common.timing import timed
 from stages.common.training_engine import step_shape
@@ -116,15 +116,6 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
     return checkpointer.finish()
 
 
-def require_routed_experts(samples) -> None:
-    """routing_replay trains through the engine's experts: every sample an engine drew must come with them."""
-    missing = [index for index, sample in enumerate(samples) if sample.routed_experts is None]
-    if missing:
-        raise ValueError(f"routing_replay: sample {missing[0]} came back without its routed experts; SGLang's router "
-                         f"drops return_routed_experts, so replay needs one engine or engines.engine_urls without "
-                         f"engines.router_url")
-
-
 class GroupSampler:
     """A step's draws of prompts (the same on every rank, each rank taking its share) and their groups,
     sampled on the policy's engines and scored, with the time each part took over the step's draws.
@@ -162,7 +153,7 @@ class GroupSampler:
             samples = self.policy.fleet.client.generate(policy_requests(drawn, config.group_size, self.anchors_on),
                                                         sampling, routed_experts=self.routed_experts)
             if self.routed_experts and config.routing_replay:
-                require_routed_experts(samples)
+                require_routed_experts([sample.routed_experts for sample in samples])
             if self.anchors_on:
                 samples = with_anchor_members(drawn, samples, config.group_size, self.tokenizer)
         with timed() as scoring:
