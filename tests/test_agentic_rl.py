@@ -37,7 +37,8 @@ def run_job(config, tmp_path):
 
 def test_async_steps_train_on_finished_groups_and_push_weights_to_every_replica(small_store, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    config = agentic_config(small_store, "agentic-steps")
+    # Replaying the engines' experts, which come back past SGLang's router (rollout/fleet.py).
+    config = agentic_config(small_store, "agentic-steps", routing_replay=True)
     events = run_job(config, tmp_path)
 
     steps = [e for e in events if e["event"] == "step"]
@@ -48,6 +49,8 @@ def test_async_steps_train_on_finished_groups_and_push_weights_to_every_replica(
             assert key in step
         # Both replicas served rollouts; the router kept every rollout on one replica.
         assert len(step["replicas"]["requests"]) == 2 and step["replicas"]["removals"] == 0
+        # The trainer's own routing against the engines' (older weights, asynchronous), measured under replay too.
+        assert 0 < step["routing_agreement"] <= 1
     # Generation ran ahead of training: later steps trained on samples from older weights.
     assert any(int(age) > 0 for step in steps[1:] for age in step["staleness"])
     done = next(e for e in events if e["event"] == "done")
@@ -66,6 +69,7 @@ def test_async_steps_train_on_finished_groups_and_push_weights_to_every_replica(
         assert set(ages) == set(step["staleness"])  # the same ages the step reported
     assert all(row["turn_starts"] and row["turn_starts"][0] == 0 and row["task"] in ("search", "calc") for row in rows)
     assert all(row["t_start"] is not None and len(row["old_logprobs"]) == len(row["response_ids"]) for row in rows)
+    assert all(row["routed_experts"] is not None for row in rows)  # the experts each segment trained through
 
 
 def test_sigkill_then_rerun_resumes_from_the_last_committed_step_with_its_weights_on_the_replicas(small_store, tmp_path):

@@ -47,7 +47,7 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
                 TeacherSpec(source="general_rl", checkpoint=sft_checkpoint, datasets=[instruct.uri])]
     config = DistillConfig(run_id="distill-steps", store=small_store["root"], init_checkpoint=small_store["init"],
                            teachers=teachers, prompts_per_step=4, max_steps=2, sampling={"max_new_tokens": 12},
-                           optimizer={"lr": 2e-5, "warmup_steps": 1}, engines={"replicas": 2})
+                           optimizer={"lr": 2e-5, "warmup_steps": 1}, engines={"replicas": 2}, routing_replay=True)
     events = run_stage_job("stages.distill.train", config, tmp_path)
     steps = [e for e in events if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
@@ -56,6 +56,9 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
     assert all(s["episodes"] == 1 and s["episode_turns"] >= 1 and s["env_failures"] == 0 for s in steps)
     assert steps[0]["kl/general_rl"] > 0.01  # 6 SFT steps apart: a small but real gap
     assert all(s["trained_tokens"] > 0 and s["pop_masked_fraction"] == 0.0 for s in steps)
+    # Replaying the student engine's experts (replies and every episode turn, past the router): the trainer's own
+    # routing, measured under replay too, is the engine's (on-policy, the same weights in fp32).
+    assert all(s["routing_agreement"] >= 0.99 for s in steps)
 
     lineage = store.open(config.output_name).lineage()
     assert [(p["role"], p["uri"]) for p in lineage["parents"]] == [
@@ -71,6 +74,7 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
     assert {row["task"] for row in rows} >= {"reasoning_rl", "instruct"} and {"calc", "search"} & {r["task"] for r in rows}
     for row in rows:
         assert row["reward"] is None and row["advantage"] is None and row["staleness"] == 0
+        assert row["routed_experts"] is not None
         if row["task"] != "instruct" and row["step"] == 1:
             gaps = [abs(t - o) for t, o, m in zip(row["teacher_logprobs"], row["old_logprobs"], row["loss_mask"], strict=True) if m]
             assert max(gaps) < 1e-3

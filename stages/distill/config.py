@@ -55,6 +55,9 @@ class DistillRecipe(BaseModel):
     compute: ComputeSettings = nested(ComputeSettings())
     router_balancing: RouterBalancing = nested(RouterBalancing(enabled=False), "MoE load balancing by the routers' "
                                                "biases: off in RL by default, as peers keep the router as SFT left it")
+    routing_replay: bool = Field(False, description="train each token through the experts the student's engine "
+                                                    "routed it to (R3) instead of recomputing them; either way each "
+                                                    "step reports routing_agreement with it (MoE models)")
     sampling: SamplingSettings = nested(SamplingSettings())
     objective: IcePopSettings = nested(IcePopSettings())
     episode: EpisodeSettings = Field(EpisodeSettings(), description="turns and context management of the agent episodes")

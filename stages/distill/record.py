@@ -27,6 +27,6 @@ def distill_rows(stage: str, step: int, rank: int, rows: Sequence[StudentRow], l
             "teacher_logprobs": response_values(logp_teacher[i], prompt, response),
             "staleness": step - 1 - min(row.weight_versions),
             "masked_fraction": masked_fraction(response_values(in_band[i].float(), prompt, response), row.loss_mask),
-            "turn_starts": row.turn_starts,
+            "turn_starts": row.turn_starts, "routed_experts": row.routed_experts,
         })
     return records

@@ -28,13 +28,14 @@ class StudentRow:
     weight_versions: list[int]
     status: str  # rollout@1's: ok, or truncated at the token limit
     turn_starts: list[int]  # where each of the model's turns begins in response_ids
+    routed_experts: str | None = None  # the student engine's experts of every position but the last (SGLang's payload)
 
 
 def sample_rows(samples: Sequence[Sample], prompts: Sequence[RlPrompt], batch_id: str) -> list[StudentRow]:
     """One row per first reply; `prompts[i]` carries its teacher (and its domain, if any) in its metadata."""
     return [StudentRow(p.metadata["teacher"], f"{batch_id}-reply-{i}", p.id, str(p.metadata.get("domain", p.metadata["teacher"])),
                        s.prompt_ids, s.output_ids, [1] * len(s.output_ids), s.output_logprobs, [int(s.weight_version)],
-                       "truncated" if s.finish_reason == "length" else "ok", [0])
+                       "truncated" if s.finish_reason == "length" else "ok", [0], s.routed_experts)
             for i, (s, p) in enumerate(zip(samples, prompts, strict=True))]
 
 
@@ -42,6 +43,7 @@ def episode_rows(results: Sequence[RolloutResult], teachers: Sequence[str]) -> l
     """Every segment of every episode whose environment did not fail (a failed environment says nothing
     about the model; its tokens are not trained)."""
     return [StudentRow(teacher, row["sample_id"], row["prompt_id"], row["task"], row["prompt_ids"], row["response_ids"],
-                       row["loss_mask"], row["rollout_logprobs"], row["weight_versions"], row["status"], row["turn_starts"])
+                       row["loss_mask"], row["rollout_logprobs"], row["weight_versions"], row["status"], row["turn_starts"],
+                       row["routed_experts"])
             for result, teacher in zip(results, teachers, strict=True) if result.status != "env_error"
             for row in result.rows]

@@ -22,6 +22,7 @@ from contextlib import ExitStack
 import torch
 
 from model.presets import load_model
+from model.routing import ReplayedRouting, RoutingLayout
 from rollout.agents.episodes import play_episodes
 from rollout.agents.orchestrator import RolloutResult, RolloutSpec
 from rollout.agents.task_services import TaskServices
@@ -36,7 +37,7 @@ from stages.common.icepop_loss import grpo_icepop_loss, icepop_in_band
 from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
-from stages.common.rl_batches import TrainBatch, padded_batch
+from stages.common.rl_batches import TrainBatch, padded_batch, require_routed_experts, with_routed_experts
 from stages.common.router_balance import RouterBalance
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
@@ -62,6 +63,8 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
 
     model = load_model(stage.init_dir).eval()  # no dropout: π_train must match the engine's π_infer
     balance = RouterBalance(model, config.router_balancing)
+    routing = RoutingLayout.of(model)  # a MoE student's engine returns each position's experts
+    replayed = ReplayedRouting(model) if routing is not None else None
     shape = step_shape(config.prompts_per_step, dist.world_size, config.compute.micro_batch_size, "prompts_per_step")
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, teachers=teachers,
@@ -82,17 +85,16 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
             with timed() as rollout:
                 sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
                 rows, episodes = student_rows(student.fleet, step_prompts, sampling, services, tokenizer, config,
-                                              f"s{step + 1}-r{dist.rank}")
+                                              f"s{step + 1}-r{dist.rank}", routed_experts=routing is not None)
             with timed() as teaching:
                 scored = teacher_logprobs(scorers, rows)
 
             with timed() as training:
-                batch = padded_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows],
-                                     tokenizer.pad_token_id)
+                batch = student_batch(rows, tokenizer.pad_token_id, routing, config.routing_replay)
                 logp_teacher = response_aligned([len(r.prompt_ids) for r in rows], scored, batch.logp_infer.shape[1])
                 trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
                                       finite, step + 1, distill_loss_of(logp_teacher, config.objective),
-                                      mean_over="sequences")
+                                      mean_over="sequences", routing=replayed, replay=config.routing_replay)
                 expert_load = balance.after_step(last=step + 1 == config.max_steps)
             student.push(step + 1)
 
@@ -103,6 +105,18 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
                 samples=distill_rows(config.stage_name, step + 1, dist.rank, rows, trained.logp_old, logp_teacher,
                                      icepop_in_band(trained.logp_old, batch.logp_infer, config.objective)))
     return checkpointer.finish()
+
+
+def student_batch(rows: list[StudentRow], pad_id: int, routing: RoutingLayout | None, replay: bool) -> TrainBatch:
+    """The student's rows as one padded batch; with `routing`, the experts its engine routed each position to
+    (every row's, with `replay`)."""
+    batch = padded_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows], pad_id)
+    if routing is None:
+        return batch
+    payloads = [row.routed_experts for row in rows]
+    if replay:
+        require_routed_experts(payloads, "row")
+    return with_routed_experts(batch, payloads, routing)
 
 
 def distill_loss_of(logp_teacher: torch.Tensor, objective: IcePopSettings) -> LossOf:
@@ -117,16 +131,19 @@ def distill_loss_of(logp_teacher: torch.Tensor, objective: IcePopSettings) -> Lo
 
 
 def student_rows(student: EngineFleet, prompts: list, sampling: SamplingParams, services: TaskServices | None,
-                 tokenizer, config: DistillConfig, batch_id: str) -> tuple[list[StudentRow], list[RolloutResult]]:
+                 tokenizer, config: DistillConfig, batch_id: str,
+                 routed_experts: bool = False) -> tuple[list[StudentRow], list[RolloutResult]]:
     """What the student samples for this step's prompts: one reply to each first-reply prompt (a single
-    seeded request) and every agent episode played to the end; the rows to train and the episodes."""
+    seeded request) and every agent episode played to the end, each with its positions' experts when
+    `routed_experts`; the rows to train and the episodes."""
     replies = [p for p in prompts if not isinstance(p, AgentEpisode)]
     episodes = [p for p in prompts if isinstance(p, AgentEpisode)]
-    samples = student.client.generate([p.prompt_ids for p in replies], sampling) if replies else []
+    samples = student.client.generate([p.prompt_ids for p in replies], sampling,
+                                      routed_experts=routed_experts) if replies else []
     specs = [RolloutSpec(f"{batch_id}-{i}", f"{batch_id}-{i}", episode.task, episode.row)
              for i, episode in enumerate(episodes)]
     results = play_episodes(specs, student.url, services, tokenizer, sampling.model_copy(update={"sampling_seed": None}),
-                            config.episode, routed=student.routed) if specs else []
+                            config.episode, routed=student.routed, routed_experts=routed_experts) if specs else []
     rows = sample_rows(samples, replies, batch_id) + episode_rows(results, [e.teacher for e in episodes])
     if not rows:
         raise RuntimeError(f"batch {batch_id}: nothing to train, the environment failed in every episode: "
