@@ -352,6 +352,34 @@ def test_a_replica_killed_mid_stage_loses_no_rollout_and_the_router_takes_it_out
     wait_for(lambda: stack.workers()[dead] is False, 10, "the router marking the killed replica unhealthy", poll_s=0.2)
 
 
+def test_turns_past_the_router_move_to_a_live_replica_when_theirs_dies(own_stack, tokenizer):
+    """The router does not retry what does not go through it: a turn asking for routed experts whose replica dies
+    is asked again of the one it hashes to among the workers the router still lists as healthy."""
+    dead = own_stack.engines[0].url
+
+    async def killed_mid_wave():
+        own_stack.registry.bind(asyncio.get_running_loop())
+        async with Fleet(own_stack.router_url) as fleet:
+            await own_stack.registry.wait_registered(list(own_stack.services), timeout_s=30)
+            orchestrator = Orchestrator(own_stack.registry, fleet, tokenizer, LONG_TURNS, SETTINGS, routed_experts=True)
+            plays = [asyncio.create_task(orchestrator.play(spec)) for spec in specs(6, prefix="d")]
+            deadline = time.monotonic() + 120
+            while (await asyncio.to_thread(health, dead))["in_flight"] < 1:
+                assert time.monotonic() < deadline and not all(play.done() for play in plays), \
+                    "the replica was never seen holding a request"
+                await asyncio.sleep(0.01)
+            await asyncio.to_thread(own_stack.engines[0].service.kill)
+            results = await asyncio.gather(*plays)
+            await orchestrator.aclose()
+            return results, fleet
+
+    results, fleet = asyncio.run(killed_mid_wave())
+    assert {r.status for r in results} <= {"ok", "truncated"}, [r.failure for r in results if r.failure]
+    # Its turns in flight were asked again, of the survivor, which answered every turn after the kill.
+    assert fleet.retries > 0 and all(r.replicas and r.replicas[-1] != dead for r in results)
+    assert all(row["routed_experts"] is not None for r in results for row in r.rows)
+
+
 def wait_until(condition, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
