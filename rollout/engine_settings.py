@@ -17,8 +17,17 @@ class EngineSettings(BaseModel):
     router_url), and how the trainer's weights reach them (weight_sync)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    backend: Literal["builtin"] = Field(
-        "builtin", description="what serves the engines started here: builtin (our engine, SGLang's /generate contract)")
+    backend: Literal["builtin", "sglang"] = Field("builtin", description=(
+        "what serves the engines started here: builtin (our engine, SGLang's /generate contract, any device) or "
+        "sglang (SGLang's own server, `pip install .[sglang]`, CUDA GPUs only)"))
+    tp_size: int = Field(1, ge=1, description="backend sglang: GPUs each replica shards the model over (--tp-size)")
+    dp_size: int = Field(1, ge=1, description="backend sglang: data-parallel copies inside each replica (--dp-size)")
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description=(
+        "backend sglang: the share of GPU memory for weights and KV cache (--mem-fraction-static); "
+        "default: SGLang's choice"))
+    deterministic: bool = Field(True, description=(
+        "backend sglang: batch-invariant kernels, so a sample does not depend on what it was batched with "
+        "(--enable-deterministic-inference; slower)"))
     replicas: int = Field(1, ge=1, description="engines started here (per trainer rank) when engine_urls and router_url "
                                                "are empty; more than one go behind SGLang's router")
     engine_urls: list[str] = Field(default_factory=list, description=(
@@ -37,6 +46,11 @@ class EngineSettings(BaseModel):
     def _one_source(self):
         if self.router_url and self.engine_urls:
             raise ValueError("engines: give router_url or engine_urls, not both")
+        if self.backend == "builtin":
+            sglang_only = [name for name in ("tp_size", "dp_size", "mem_fraction_static")
+                           if name in self.model_fields_set and getattr(self, name) not in (None, 1)]
+            if sglang_only:
+                raise ValueError(f"engines.{sglang_only[0]} is a setting of backend sglang; engines.backend is builtin")
         return self
 
     @property

@@ -2,7 +2,8 @@
 
 Every stage that samples (the policy of the RL stages and of distillation, distillation's teachers, the
 evaluations) names its engines with `EngineSettings` (rollout/engine_settings.py): running ones (SGLang's router, or engines by URL) or
-engines started here on a checkpoint (`backend`; today the built-in engine, rollout/engine/server.py). A
+engines started here on a checkpoint (`backend`: the built-in engine, rollout/engine/server.py, or SGLang's own
+server on GPUs, rollout/sglang_server.py). A
 single engine is a fleet of one: callers get an `EngineFleet` either way, with one client
 (rollout/fleet_client.py) and one way to make it serve new weights (`FleetClient.update_weights`).
 """
@@ -19,6 +20,7 @@ from rollout.client import EngineClient
 from rollout.engine_settings import EngineSettings
 from rollout.fleet_client import FleetClient
 from rollout.process import EngineProcess, RouterProcess
+from rollout.sglang_server import SglangServerProcess, require_cuda
 from rollout.weight_push import FromDisk
 
 
@@ -42,10 +44,10 @@ def launch_engines(stack: ExitStack, settings: EngineSettings, checkpoint: str, 
     each takes seconds to load, so callers start other work (task services, other fleets) meanwhile.
     Returns `ready()`, which waits for them and gives the fleet; running engines are made to serve
     `checkpoint` there unless `serve_checkpoint` is False (a rank that does not own them, a resumed run)."""
+    require_cuda(settings)  # before any replica starts
     engines = [] if settings.running else [
-        _launched(stack, EngineProcess(checkpoint, log_dir / f"engine-{i}.log", seed=seed + i,
-                                       weights_dirs=list(weights_dirs), precision=settings.precision or precision,
-                                       threads=settings.threads or threads))
+        _launched(stack, _replica(settings, checkpoint, log_dir / f"engine-{i}.log", seed + i, weights_dirs,
+                                  settings.precision or precision, settings.threads or threads))
         for i in range(settings.replicas)
     ]
 
@@ -70,7 +72,15 @@ def launch_engines(stack: ExitStack, settings: EngineSettings, checkpoint: str, 
     return ready
 
 
-def _launched(stack: ExitStack, engine: EngineProcess) -> EngineProcess:
+def _replica(settings: EngineSettings, checkpoint: str, log_path: Path, seed: int, weights_dirs: Sequence[Path],
+             precision: Precision, threads: int | None) -> EngineProcess | SglangServerProcess:
+    if settings.backend == "sglang":
+        return SglangServerProcess(settings, checkpoint, log_path, seed=seed, precision=precision)
+    return EngineProcess(checkpoint, log_path, seed=seed, weights_dirs=list(weights_dirs), precision=precision,
+                         threads=threads)
+
+
+def _launched(stack: ExitStack, engine: EngineProcess | SglangServerProcess) -> EngineProcess | SglangServerProcess:
     stack.callback(engine.stop)
     engine.launch()
     return engine

@@ -8,12 +8,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import requests
 
-from infra.lifetime import child_environment
+from infra.lifetime import child_environment, die_with_parent
 from infra.ports import free_port
 from rollout.auth import bearer_headers
 from rollout.client import EngineClient, EngineUnavailableError
@@ -23,9 +23,11 @@ class ServiceProcess:
     """`python -m MODULE ARGS --host H --port P` as a child process, up once `GET /health` answers."""
 
     def __init__(self, module: str, args: list[str], log_path: Path, *, host: str = "127.0.0.1",
-                 startup_timeout_s: float = 120.0):
+                 startup_timeout_s: float = 120.0, foreign: bool = False):
+        """`foreign`: the module is not our code (SGLang's server), so it cannot watch its owner itself: the
+        kernel sends it SIGTERM when the thread that started it ends."""
         self.module, self.args, self.log_path, self.host = module, args, Path(log_path), host
-        self.startup_timeout_s = startup_timeout_s
+        self.startup_timeout_s, self.foreign = startup_timeout_s, foreign
         self.process: subprocess.Popen | None = None
         self.url = ""
 
@@ -42,6 +44,7 @@ class ServiceProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", self.module, *self.args, "--host", self.host, "--port", str(port)],
                 stdout=log, stderr=subprocess.STDOUT, env=child_environment(),
+                preexec_fn=die_with_parent if self.foreign else None,
             )
         self._deadline = time.monotonic() + self.startup_timeout_s
 
@@ -108,22 +111,32 @@ class EngineProcess:
         self.service.launch()
 
     def wait_ready(self) -> EngineClient:
-        try:
-            return EngineClient(self.service.wait_ready())
-        except BaseException:
-            self.stop()
-            raise
+        return ready_client(self.service, self.stop)
 
     def stop(self) -> None:
-        self.service.stop()
-        if self.downloads is not None:
-            shutil.rmtree(self.downloads, ignore_errors=True)
+        stop_serving(self.service, self.downloads)
 
     def __enter__(self) -> EngineClient:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def ready_client(service: ServiceProcess, stop: Callable[[], None]) -> EngineClient:
+    """A client of the engine `service` once it answers; `stop` runs if it never does or the wait is interrupted."""
+    try:
+        return EngineClient(service.wait_ready())
+    except BaseException:
+        stop()
+        raise
+
+
+def stop_serving(service: ServiceProcess, downloads: Path | None) -> None:
+    """Stop an engine's process and remove the folder its checkpoint was downloaded to (it cannot after a SIGKILL)."""
+    service.stop()
+    if downloads is not None:
+        shutil.rmtree(downloads, ignore_errors=True)
 
 
 class EnvServiceProcess(ServiceProcess):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import sys
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -37,3 +38,31 @@ def request_fields(relative_path: str, class_name: str) -> dict[str, bool]:
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == class_name)
     return {item.target.id: item.value is None for item in node.body
             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+
+
+@dataclass(frozen=True)
+class ServerFlag:
+    switch: bool  # a bool field: store_true, takes no value
+    value_type: str  # the field's annotated type as written (int, float, str, Optional[str], ...)
+    choices: tuple | None
+
+
+def server_flags() -> dict[str, ServerFlag]:
+    """The command-line flags of SGLang's server, as its source declares them (`srt/arg_groups/fields/*.py`: one
+    annotated field per flag, `--` and the name with dashes unless `Arg(cli_name=...)`, bools as store_true).
+    Read as source: importing SGLang's server arguments pulls in its CUDA dependencies (triton)."""
+    flags = {}
+    for path in sorted((sglang_root() / "srt" / "arg_groups" / "fields").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(node.annotation, ast.Subscript) and getattr(node.annotation.value, "id", "") == "A"):
+                continue
+            value_type, meta = node.annotation.slice.elts[:2]
+            options = {k.arg: k.value for k in meta.keywords} if isinstance(meta, ast.Call) else {}
+            if "no_cli" in options and ast.literal_eval(options["no_cli"]):
+                continue
+            name = ast.literal_eval(options["cli_name"]) if "cli_name" in options else "--" + node.target.id.replace("_", "-")
+            choices = options.get("choices")
+            flags[name] = ServerFlag(ast.unparse(value_type) == "bool", ast.unparse(value_type),
+                                     tuple(ast.literal_eval(choices)) if isinstance(choices, ast.List) else None)
+    return flags

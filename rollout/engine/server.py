@@ -34,7 +34,6 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 
 from infra.lifetime import end_process, exit_with_owner
-from infra.store import open_artifact
 from model.precision import Precision
 from model.routing import encode_routed
 from rollout.auth import API_KEY_ENV, api_key, require_api_key
@@ -67,23 +66,9 @@ from rollout.protocol import (
     UpdateWeightsRequest,
     UpdateWeightsResponse,
 )
+from rollout.served_checkpoint import NOT_SERVED, local_checkpoint
 
 log = logging.getLogger("rollout.engine.server")
-
-
-# What an engine needs of a checkpoint: not DeepSpeed's resume state (optimizer moments, twice the model).
-NOT_SERVED = ("deepspeed/",)
-
-
-def local_checkpoint(model_path: str, workdir: Path) -> Path:
-    """A committed artifact URI is downloaded (digests checked, resume state left out); a local directory
-    is used as it is."""
-    if "://" in model_path:
-        return open_artifact(model_path).download(workdir / model_path.rstrip("/").rsplit("/", 1)[-1], skip=NOT_SERVED)
-    path = Path(model_path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{model_path}: not a checkpoint directory (no config.json)")
-    return path
 
 
 def generate_output(prompt: list[int], completion: Completion, batch: UniformBatch, version: str,

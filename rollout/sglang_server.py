@@ -1,0 +1,88 @@
+"""SGLang's own server as a rollout engine (`engines.backend: sglang`): `python -m sglang.launch_server` per replica.
+
+What it gives over the built-in engine on GPUs: paged KV cache, radix prefix cache, CUDA graphs, tensor and data
+parallelism. It speaks the same contract the trainers already use (token ids in and out, `meta_info` logprobs and
+routed experts, the weight-update endpoints), so only the start differs:
+- the settings become SGLang's flags (`server_args`), checked in the tests against the flags the pinned SGLang
+  defines (its `sglang/srt/arg_groups/fields`, read as source: importing SGLang needs its CUDA dependencies);
+- token in, token out (`--skip-tokenizer-init`): the trainer trains on exactly the sampled ids;
+- each position's routed experts on request (`--enable-return-routed-experts`: routing agreement and replay);
+- the kernel's parent-death signal, since SGLang is not our code (`infra.lifetime.die_with_parent`): SIGTERM,
+  on which SGLang stops its scheduler and detokenizer processes too;
+- a machine without CUDA is refused before anything starts, naming the field.
+
+SGLang is an optional extra (`pip install .[sglang]`), never a core dependency.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+
+from model.device import torch_dtype
+from model.precision import Precision
+from rollout.auth import api_key
+from rollout.client import EngineClient
+from rollout.engine_settings import EngineSettings
+from rollout.process import ServiceProcess, ready_client, stop_serving
+from rollout.served_checkpoint import local_checkpoint
+
+SGLANG_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+# Loading a large checkpoint and capturing CUDA graphs takes minutes.
+SGLANG_STARTUP_TIMEOUT_S = 1800.0
+
+
+def require_cuda(settings: EngineSettings) -> None:
+    """`backend: sglang` on a machine without CUDA stops here, before any process starts."""
+    if settings.backend == "sglang" and not torch.cuda.is_available():
+        raise ValueError("engines.backend: sglang serves on CUDA GPUs and this machine has none "
+                         "(torch.cuda.is_available() is False); use engines.backend: builtin here")
+
+
+def server_args(settings: EngineSettings, checkpoint_dir: str, *, seed: int, precision: Precision,
+                weight_version: str = "0", key: str | None = None) -> list[str]:
+    """SGLang's command-line flags for one replica serving `checkpoint_dir` (host and port are added by the
+    process that starts it). `key`: the API key it requires of every request (default: ours, if set)."""
+    args = ["--model-path", checkpoint_dir, "--dtype", SGLANG_DTYPES[torch_dtype(precision)],
+            "--random-seed", str(seed), "--skip-tokenizer-init", "--enable-return-routed-experts",
+            "--weight-version", weight_version, "--tp-size", str(settings.tp_size), "--dp-size", str(settings.dp_size)]
+    if settings.mem_fraction_static is not None:
+        args += ["--mem-fraction-static", str(settings.mem_fraction_static)]
+    if settings.deterministic:
+        args.append("--enable-deterministic-inference")
+    token = api_key() if key is None else key
+    if token:
+        args += ["--api-key", token]
+    return args
+
+
+class SglangServerProcess:
+    """One SGLang server replica, with `EngineProcess`'s interface (launch, wait_ready, stop, url)."""
+
+    def __init__(self, settings: EngineSettings, checkpoint: str, log_path: Path, *, seed: int,
+                 precision: Precision, host: str = "127.0.0.1"):
+        """`checkpoint`: a committed artifact URI (downloaded at launch, into a folder removed at stop) or a
+        local directory."""
+        require_cuda(settings)
+        self.settings, self.checkpoint, self.seed, self.precision = settings, checkpoint, seed, precision
+        self.service = ServiceProcess("sglang.launch_server", [], log_path, host=host,
+                                      startup_timeout_s=SGLANG_STARTUP_TIMEOUT_S, foreign=True)
+        self.downloads: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return self.service.url
+
+    def launch(self) -> None:
+        self.downloads = Path(tempfile.mkdtemp(prefix="posttrain-sglang-"))
+        local = local_checkpoint(self.checkpoint, self.downloads)
+        self.service.args = server_args(self.settings, str(local), seed=self.seed, precision=self.precision)
+        self.service.launch()
+
+    def wait_ready(self) -> EngineClient:
+        return ready_client(self.service, self.stop)
+
+    def stop(self) -> None:
+        stop_serving(self.service, self.downloads)

@@ -1,0 +1,81 @@
+"""`engines.backend: sglang` offline: the command line we start SGLang's server with is one the pinned SGLang
+accepts (its flags as its source declares them: importing its server arguments needs its CUDA dependencies), and
+on a machine without CUDA the choice is refused by name before anything starts."""
+
+from contextlib import ExitStack
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from rollout.engine_settings import EngineSettings
+from rollout.engines import launch_engines
+from rollout.sglang_server import server_args
+from tests.sglang_types import server_flags
+
+
+def check_command_line(args: list[str]) -> dict[str, str | None]:
+    """Every token of `args` read as SGLang's parser would: a known flag, a switch without a value, a value of the
+    flag's type and among its choices. Returns {flag: value}."""
+    flags, parsed, index = server_flags(), {}, 0
+    while index < len(args):
+        name = args[index]
+        assert name in flags, f"{name} is not a flag of SGLang's server"
+        flag = flags[name]
+        if flag.switch:
+            parsed[name], index = None, index + 1
+            continue
+        value = args[index + 1]
+        assert not value.startswith("--"), f"{name} needs a value"
+        if flag.value_type.removeprefix("Optional[").removesuffix("]") in ("int", "float"):
+            float(value)
+        if flag.choices is not None:
+            assert value in flag.choices, f"{name} {value}: not among {flag.choices}"
+        parsed[name], index = value, index + 2
+    return parsed
+
+
+def test_the_source_declares_the_flags_the_check_reads():
+    flags = server_flags()
+    assert flags["--skip-tokenizer-init"].switch and not flags["--port"].switch and flags["--port"].value_type == "int"
+    assert "bfloat16" in flags["--dtype"].choices  # a flag with choices, read from Arg(choices=[...])
+
+
+@pytest.mark.parametrize("settings,precision,key", [
+    (EngineSettings(backend="sglang"), "auto", None),
+    (EngineSettings(backend="sglang", tp_size=4, dp_size=2, mem_fraction_static=0.8, deterministic=False), "bf16",
+     "a-token"),
+    (EngineSettings(backend="sglang", replicas=2), "fp32", ""),
+])
+def test_the_server_s_command_line_is_one_sglang_accepts(settings, precision, key):
+    args = server_args(settings, "/checkpoints/rl", seed=7, precision=precision, key=key)
+    parsed = check_command_line([*args, "--host", "127.0.0.1", "--port", "30000"])
+    assert parsed["--model-path"] == "/checkpoints/rl" and parsed["--random-seed"] == "7"
+    assert parsed["--dtype"] == {"auto": "bfloat16" if torch.cuda.is_available() else "float32", "bf16": "bfloat16",
+                                 "fp32": "float32"}[precision]
+    # Token ids in and out, and each position's experts on request: what the trainers read.
+    assert {"--skip-tokenizer-init", "--enable-return-routed-experts"} <= set(parsed)
+    assert parsed["--tp-size"] == str(settings.tp_size) and parsed["--dp-size"] == str(settings.dp_size)
+    assert ("--enable-deterministic-inference" in parsed) == settings.deterministic
+    assert parsed.get("--mem-fraction-static") == (None if settings.mem_fraction_static is None
+                                                   else str(settings.mem_fraction_static))
+    assert parsed.get("--api-key") == (key or None)
+
+
+def test_a_flag_sglang_does_not_define_fails_the_check():
+    with pytest.raises(AssertionError, match="--tensor-parallel"):
+        check_command_line(["--tensor-parallel", "2"])
+    with pytest.raises(AssertionError, match="not among"):
+        check_command_line(["--dtype", "bf16"])
+
+
+def test_sglang_without_cuda_is_refused_naming_the_field_before_anything_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on this machine, on any machine
+    with ExitStack() as stack, pytest.raises(ValueError, match="engines.backend: sglang serves on CUDA GPUs"):
+        launch_engines(stack, EngineSettings(backend="sglang", replicas=2), "file:///nowhere/rl", tmp_path, seed=0)
+    assert not list(tmp_path.iterdir())  # no replica started, no log opened
+
+
+def test_sglang_s_settings_are_refused_on_the_builtin_engine():
+    with pytest.raises(ValidationError, match="engines.tp_size is a setting of backend sglang"):
+        EngineSettings(tp_size=2)
