@@ -50,6 +50,9 @@ from model.dsa_gather import (
 
 # Indexer scores (queries × heads × keys) computed at once when selecting keys: 16 MiB in float32.
 SELECTION_CHUNK_ELEMENTS = 1 << 22
+# Up to this many scores (a decoding step's: rows × keys), the top-k is one stable sort instead of torch.topk and the
+# tie rule's repair: fewer operations, which is what a decoding step on a small model pays for.
+SORTED_SELECTION_ELEMENTS = 1 << 15
 # Up to this many indexer heads, scores with gradient weigh the heads by a broadcast multiply (weighted_over_heads).
 ELEMENTWISE_HEAD_WEIGHTING = 4
 
@@ -76,6 +79,11 @@ def stable_topk(scores: torch.Tensor, k: int, in_key_order: bool = True) -> torc
     keys) take the keys above the k-th score and fill the remaining places with the newest keys equal to it;
     for a mask, a query with fewer than k visible keys keeps topk's choice (all of them, and masked keys).
     """
+    if scores.numel() <= SORTED_SELECTION_ELEMENTS:
+        # The same rule as one stable sort: by score, and among equal scores newest first (the keys reversed).
+        newest_first = scores.flip(-1).sort(dim=-1, descending=True, stable=True).indices[..., :k]
+        chosen = scores.shape[-1] - 1 - newest_first
+        return chosen.sort(dim=-1).values if in_key_order else chosen
     values, chosen = scores.topk(k, dim=-1, sorted=False)
     kth = values.min(dim=-1, keepdim=True).values
     ambiguous = (scores >= kth).sum(dim=-1) > k  # a key left out ties with the k-th score

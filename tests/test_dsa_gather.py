@@ -44,7 +44,9 @@ def logprobs(model, ids, mask):
     return next_token_logprobs(model(ids, attention_mask=mask).logits, ids)
 
 
-def test_stable_topk_prefers_recent_keys_and_never_masked_ones():
+@pytest.mark.parametrize("sorted_up_to", [0, dsa.SORTED_SELECTION_ELEMENTS])
+def test_stable_topk_prefers_recent_keys_and_never_masked_ones(monkeypatch, sorted_up_to):
+    monkeypatch.setattr(dsa, "SORTED_SELECTION_ELEMENTS", sorted_up_to)
     inf = float("inf")
     scores = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0, -inf, -inf]])
     assert stable_topk(scores, 3).tolist() == [[2, 3, 4]]
@@ -52,7 +54,9 @@ def test_stable_topk_prefers_recent_keys_and_never_masked_ones():
     assert stable_topk(scores, 6).tolist() == [[0, 1, 2, 3, 4, 6]]
 
 
-def test_stable_topk_picks_the_set_a_stable_sort_by_score_then_recency_picks():
+@pytest.mark.parametrize("sorted_up_to", [0, dsa.SORTED_SELECTION_ELEMENTS])  # topk and its repair; one sort
+def test_stable_topk_picks_the_set_a_stable_sort_by_score_then_recency_picks(monkeypatch, sorted_up_to):
+    monkeypatch.setattr(dsa, "SORTED_SELECTION_ELEMENTS", sorted_up_to)
     generator = torch.Generator().manual_seed(0)
     scores = torch.randint(0, 4, (64, 40), generator=generator).float()  # many exact ties
     scores[:, 30:] = float("-inf")
