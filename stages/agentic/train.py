@@ -39,7 +39,7 @@ from stages.common.policy import (
     weights_push_dir,
 )
 from stages.common.policy_step import LossOf, policy_step
-from stages.common.rl_batches import TrainBatch, padded_batch, require_routed_experts, with_routed_experts
+from stages.common.rl_batches import TrainBatch, engine_batch
 from stages.common.router_balance import RouterBalance
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
@@ -155,13 +155,9 @@ def segments_batch(groups: list, advantages: torch.Tensor, pad_id: int, routing:
     with `routing`, the experts the engine routed each segment's positions to (all of them, with `replay`)."""
     rollouts = [r for results in groups for r in results]
     segments = [(row, float(a)) for r, a in zip(rollouts, advantages, strict=True) for row in r.rows]
-    batch = padded_batch([(row["prompt_ids"], row["response_ids"], row["loss_mask"], row["rollout_logprobs"])
-                          for row, _ in segments], pad_id)
-    if routing is not None:
-        payloads = [row.get("routed_experts") for row, _ in segments]
-        if replay:
-            require_routed_experts(payloads, "segment")
-        batch = with_routed_experts(batch, payloads, routing)
+    batch = engine_batch([(row["prompt_ids"], row["response_ids"], row["loss_mask"], row["rollout_logprobs"])
+                          for row, _ in segments], [row.get("routed_experts") for row, _ in segments], pad_id,
+                         routing, replay, "segment")
     return batch, torch.tensor([a for _, a in segments])
 
 

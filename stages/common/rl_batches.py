@@ -46,9 +46,20 @@ class TrainBatch:
 def train_batch(samples: Sequence[Sample], pad_id: int, routing: RoutingLayout | None = None) -> TrainBatch:
     """The sampled sequences exactly as the engine returned their ids, ready for the loss; with `routing`,
     the experts the engine routed each position to where it returned them."""
-    batch = padded_batch([(s.prompt_ids, s.output_ids, [1] * len(s.output_ids), s.output_logprobs) for s in samples],
-                         pad_id)
-    return batch if routing is None else with_routed_experts(batch, [s.routed_experts for s in samples], routing)
+    return engine_batch([(s.prompt_ids, s.output_ids, [1] * len(s.output_ids), s.output_logprobs) for s in samples],
+                        [s.routed_experts for s in samples], pad_id, routing)
+
+
+def engine_batch(sequences: Sequence[tuple], payloads: Sequence[str | None], pad_id: int,
+                 routing: RoutingLayout | None, replay: bool = False, what: str = "sample") -> TrainBatch:
+    """`padded_batch(sequences)`; with `routing`, each row's engine experts from `payloads` (SGLang's, or None),
+    which with `replay` every row must have."""
+    batch = padded_batch(sequences, pad_id)
+    if routing is None:
+        return batch
+    if replay:
+        require_routed_experts(payloads, what)
+    return with_routed_experts(batch, payloads, routing)
 
 
 def with_routed_experts(batch: TrainBatch, payloads: Sequence[str | None], routing: RoutingLayout) -> TrainBatch:

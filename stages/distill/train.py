@@ -37,7 +37,7 @@ from stages.common.icepop_loss import grpo_icepop_loss, icepop_in_band
 from stages.common.inputs import StageInputs
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
-from stages.common.rl_batches import TrainBatch, padded_batch, require_routed_experts, with_routed_experts
+from stages.common.rl_batches import TrainBatch, engine_batch
 from stages.common.router_balance import RouterBalance
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
@@ -90,7 +90,9 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
                 scored = teacher_logprobs(scorers, rows)
 
             with timed() as training:
-                batch = student_batch(rows, tokenizer.pad_token_id, routing, config.routing_replay)
+                batch = engine_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows],
+                                     [r.routed_experts for r in rows], tokenizer.pad_token_id, routing,
+                                     config.routing_replay, "row")
                 logp_teacher = response_aligned([len(r.prompt_ids) for r in rows], scored, batch.logp_infer.shape[1])
                 trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
                                       finite, step + 1, distill_loss_of(logp_teacher, config.objective),
@@ -105,18 +107,6 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
                 samples=distill_rows(config.stage_name, step + 1, dist.rank, rows, trained.logp_old, logp_teacher,
                                      icepop_in_band(trained.logp_old, batch.logp_infer, config.objective)))
     return checkpointer.finish()
-
-
-def student_batch(rows: list[StudentRow], pad_id: int, routing: RoutingLayout | None, replay: bool) -> TrainBatch:
-    """The student's rows as one padded batch; with `routing`, the experts its engine routed each position to
-    (every row's, with `replay`)."""
-    batch = padded_batch([(r.prompt_ids, r.response_ids, r.loss_mask, r.logprobs) for r in rows], pad_id)
-    if routing is None:
-        return batch
-    payloads = [row.routed_experts for row in rows]
-    if replay:
-        require_routed_experts(payloads, "row")
-    return with_routed_experts(batch, payloads, routing)
 
 
 def distill_loss_of(logp_teacher: torch.Tensor, objective: IcePopSettings) -> LossOf:
