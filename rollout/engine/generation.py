@@ -23,6 +23,7 @@ from model.logprobs import next_token_logprobs
 from model.precision import Precision
 from model.presets import load_model
 from model.routing import RoutingCapture, moe_layers
+from rollout.engine.decode_step import DecodeStep, covers
 from rollout.protocol import GREEDY_BELOW, FinishReason, SamplingParams, UniformBatch
 
 
@@ -68,6 +69,8 @@ class Engine:
         self.pad_id = model.config.pad_token_id or 0
         self.max_context = self._max_context_override or model.config.max_position_embeddings
         self.routing, self.moe_layers = RoutingCapture(model), moe_layers(model)
+        # Decoding steps run the engine's own step (rollout/engine/decode_step.py) where it covers the model.
+        self.decode_step = DecodeStep(model) if covers(model) else None
 
     def update_weights(self, checkpoint_dir: str | Path, weight_version: str | None = None) -> str:
         """Serve another checkpoint of the same architecture; returns the new weight version."""
@@ -85,6 +88,8 @@ class Engine:
         returns the new weight version."""
         with self._lock, torch.no_grad():
             receive(self.model.state_dict())
+            if self.decode_step is not None:
+                self.decode_step.refresh()
             self.weight_version = weight_version or self._next_version()
             return self.weight_version
 
@@ -159,9 +164,7 @@ class Engine:
                 break
             visible = torch.cat([visible, torch.ones_like(visible[..., :1])], dim=-1)
             positions = positions[:, -1:] + 1
-            out = self.model(input_ids=tokens[:, None], attention_mask=visible, position_ids=positions,
-                             past_key_values=cache, use_cache=True)
-            cache, logits = out.past_key_values, out.logits[:, -1, :]
+            logits = self.decode(tokens, positions, cache, visible)
             if routed is not None:
                 routed.decoded(active)
         return [
@@ -169,6 +172,14 @@ class Engine:
                        None if routed is None else routed.of(i, len(outputs[i]), batch.routed_from(i)))
             for i in range(len(prompts))
         ]
+
+
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache, visible: torch.Tensor) -> torch.Tensor:
+        """The next-token logits [B, V] after one token per row, its keys appended to `cache`."""
+        if self.decode_step is not None:
+            return self.decode_step.step(tokens, positions[:, 0], cache, visible)
+        return self.model(input_ids=tokens[:, None], attention_mask=visible, position_ids=positions, past_key_values=cache,
+                          use_cache=True).logits[:, -1, :]
 
 
 class RoutedPositions:

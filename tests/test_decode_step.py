@@ -1,0 +1,92 @@
+"""The engine's own decoding step (rollout/engine/decode_step.py) against transformers' forward of the same model:
+the same logits, the same cache, the same routed experts, step after step from a left-padded prefill, before and
+past the DSA top-k, on the preset and on a model that takes its other paths (a "shared" indexer layer, biases,
+group-limited routing over more experts than the every-expert rule covers)."""
+
+import copy
+
+import pytest
+import torch
+
+from model.dsa import set_dense_attention
+from model.presets import build_model
+from model.routing import RoutingCapture
+from rollout.engine.decode_step import EVERY_EXPERT_UP_TO, DecodeStep, covers
+from rollout.engine.generation import left_padded
+
+VARIANTS = {
+    "preset": {},
+    "other paths": dict(indexer_types=["full", "shared", "full"], attention_bias=True, n_routed_experts=8, n_group=2,
+                        topk_group=1),
+}
+
+
+def served(tokenizer, variant: str):
+    model = build_model("glm5-tiny", tokenizer, seed=3)
+    if VARIANTS[variant]:
+        config = model.config.to_dict() | VARIANTS[variant]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(3)
+            model = type(model)(type(model.config).from_dict(config))
+            for name, parameter in model.named_parameters():  # biases and router weights away from their zero init
+                if "bias" in name or "gate.weight" in name:
+                    parameter.data.normal_(0, 0.5)
+    set_dense_attention(model, False)
+    return model.eval()
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@torch.inference_mode()
+def test_each_decoding_step_is_the_models_forward(tokenizer, variant):
+    model = served(tokenizer, variant)
+    assert covers(model)
+    if variant == "other paths":
+        assert model.config.n_routed_experts > EVERY_EXPERT_UP_TO * model.config.num_experts_per_tok
+    routing, step = RoutingCapture(model), DecodeStep(model)
+    routing.recording = True
+    generator = torch.Generator().manual_seed(0)
+    topk = model.config.index_topk
+    prompts = [torch.randint(10, 1000, (length,), generator=generator).tolist() for length in (topk - 20, topk - 8, 9)]
+    ids, mask = left_padded(prompts, model.config.pad_token_id)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    theirs, ours = out.past_key_values, copy.deepcopy(out.past_key_values)
+    visible, positions = mask.bool()[:, None, None, :], positions[:, -1:]
+    tokens = out.logits[:, -1].argmax(-1)
+    for _ in range(30):  # the longest row passes the top-k after a few steps
+        visible = torch.cat([visible, torch.ones_like(visible[..., :1])], dim=-1)
+        positions = positions + 1
+        expected = model(input_ids=tokens[:, None], attention_mask=visible, position_ids=positions, cache=theirs,
+                         use_cache=True).logits[:, -1]
+        routed = routing.last()
+        got = step.step(tokens, positions[:, 0], ours, visible)
+        assert (got - expected).abs().max() < 1e-4
+        assert all(torch.equal(a, b) for a, b in zip(routing.last(), routed, strict=True))
+        tokens = expected.argmax(-1)
+    assert visible.shape[-1] > topk + 10
+    for mine, stock in zip(ours.layers, theirs.layers, strict=True):
+        for a, b in ((mine.keys, stock.keys), (mine.values, stock.values), (mine.indexer_keys, stock.indexer_keys)):
+            assert (a is None and b is None) or (a.shape == b.shape and (a - b).abs().max() < 1e-5)
+
+
+@torch.inference_mode()
+def test_refresh_folds_the_weights_the_model_holds_now(tokenizer):
+    model = served(tokenizer, "preset")
+    step = DecodeStep(model)
+    ids = torch.randint(10, 1000, (2, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+
+    def next_logits():
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+        visible = torch.ones(2, 1, 1, 13, dtype=torch.bool)
+        return step.step(ids[:, -1], torch.full((2,), 12), out.past_key_values, visible), \
+            model(input_ids=torch.cat([ids, ids[:, -1:]], dim=1)).logits[:, -1]
+
+    before, _ = next_logits()
+    for parameter in model.parameters():
+        parameter.mul_(1.1)
+    stale, expected = next_logits()
+    step.refresh()
+    fresh, _ = next_logits()
+    assert (stale - expected).abs().max() > 1e-3 and (fresh - expected).abs().max() < 1e-4
+    assert not torch.equal(before, fresh)
