@@ -153,7 +153,8 @@ def test_rollouts_record_exact_engine_tokens_with_environment_tokens_masked(stac
     results, fleet = asyncio.run(play_all(stack, tokenizer, rollout_specs))
 
     assert [r.spec.rollout_id for r in results] == [s.rollout_id for s in rollout_specs]
-    assert {r.status for r in results} <= {"ok", "truncated"} and all(r.reward in (0.0, 1.0) for r in results)
+    assert {r.status for r in results} <= {"ok", "truncated"} and all(r.reward in (0.0, 1.0) for r in results), \
+        [r.failure for r in results if r.failure]
     rows = [row for r in results for row in r.rows]
     write_parquet(ROLLOUT_V1, rows, tmp_path / "rollouts.parquet")  # validates every row against rollout@1
     for result in results:
