@@ -5,11 +5,13 @@ from __future__ import annotations
 from prefect import flow, task
 
 from flows.cards import publish_stage
+from flows.engine_pool import leased_engines
 from flows.eval_log import logged
 from flows.job import named_by_its_run_id, train_stage, with_flow_provenance
 from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
+from rollout.engine_settings import EngineSettings
 from stages.agentic.config import AgenticRlConfig
 from stages.evaluation.agentic import evaluate_agentic
 from stages.evaluation.settings import AgenticEvalSettings, with_run_seed
@@ -23,7 +25,10 @@ def train_agentic_rl(config: AgenticRlConfig) -> Trained:
 @task
 def evaluate_tool_tasks(store_root: str | None, checkpoint: str, datasets: list[str], tasks: list[str],
                         settings: AgenticEvalSettings) -> dict[str, float]:
-    return logged(checkpoint, evaluate_agentic(open_store(store_root), checkpoint, datasets, tasks, settings))
+    """On an engine of the pipeline's pool serving `checkpoint` (flows/engine_pool.py), else one started for it."""
+    with leased_engines(checkpoint, exclusive=False) as engines:
+        return logged(checkpoint, evaluate_agentic(open_store(store_root), checkpoint, datasets, tasks, settings,
+                                                   engines or EngineSettings()))
 
 
 @flow(name="agentic_rl", log_prints=True, on_failure=[named_by_its_run_id])

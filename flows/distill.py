@@ -8,8 +8,16 @@ from contextlib import ExitStack
 from prefect import flow, task
 
 from flows.cards import publish_retention_table, publish_stage
+from flows.engine_pool import leased_engines
 from flows.eval_log import logged
-from flows.job import evaluation_engines, named_by_its_run_id, train_stage, with_flow_provenance, with_shared_engine
+from flows.job import (
+    evaluation_engines,
+    named_by_its_run_id,
+    runs_here,
+    train_stage,
+    with_flow_provenance,
+    with_shared_engine,
+)
 from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from flows.teacher_domains import DistillEvalSettings, check_teacher_sources, domain_metrics, headline, with_run_seeds
@@ -30,6 +38,24 @@ def evaluate_domain(store_root: str | None, checkpoint: str, teacher: TeacherSpe
     return logged(checkpoint, domain_metrics(open_store(store_root), checkpoint, teacher, settings, engines))
 
 
+def with_pooled_teachers(stack: ExitStack, config: DistillConfig) -> DistillConfig:
+    """Inside a pipeline, each teacher that the job would start one engine for scores on an engine of the run's
+    pool serving its checkpoint (flows/engine_pool.py): the engine its stage's evaluation after used, where kept."""
+    if not runs_here(config) or open_store(config.store).is_committed(config.output_name):
+        return config
+    teachers = []
+    for teacher in config.teachers:
+        settings = teacher.engines
+        if not settings.running and settings.replicas == 1 and settings.backend == "builtin":
+            leased = stack.enter_context(leased_engines(teacher.checkpoint, exclusive=False,
+                                                        precision=settings.precision or config.compute.precision))
+            if leased is not None:
+                teacher = teacher.model_copy(update={"engines": settings.model_copy(
+                    update={"engine_urls": leased.engine_urls})})
+        teachers.append(teacher)
+    return config.model_copy(update={"teachers": teachers})
+
+
 def by_teacher(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
     return {f"{source}/{name}": value for source, named in metrics.items() for name, value in named.items()}
 
@@ -48,7 +74,7 @@ def distill(config: DistillConfig, eval_settings: DistillEvalSettings | None = N
     config = validate_stage_inputs(config, "distill")
     eval_settings = with_run_seeds(eval_settings or DistillEvalSettings(), config.seed, config.data_seed)
     with ExitStack() as stack:
-        config = with_shared_engine(stack, config)
+        config = with_pooled_teachers(stack, with_shared_engine(stack, config))
         engines = evaluation_engines(config)
         teachers = {t.source: evaluate_domain(config.store, t.checkpoint, t, eval_settings, engines)
                     for t in config.teachers}

@@ -13,6 +13,7 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 
 from flows import run_logs
 from flows.curves import publish_curves
+from flows.engine_pool import leased_engines
 from flows.results import Trained
 from flows.tracking import PROJECT, wandb_run_id
 from infra.launch import StageFailed, run_stage_job
@@ -183,18 +184,27 @@ def named_by_its_run_id(flow, flow_run, state) -> None:
 
 
 def with_shared_engine(stack: ExitStack, config):
-    """The config pointed at one engine started for the whole stage, unless it names running ones or will not train.
+    """The config pointed at one engine for the whole stage, unless it names running ones or will not train.
 
     One engine serves the evaluation before, the training and the evaluation after: each engine start
-    costs seconds of stage time. With several ranks, or a job on other machines, each rank starts its own.
+    costs seconds of stage time. Inside a pipeline it is leased from the run's pool (flows/engine_pool.py), else
+    started for the stage. With several ranks, or a job on other machines, each rank starts its own.
     """
-    single_local_rank = config.launch.kind == "local" and config.launch.nproc == 1
-    if config.engines.running or not single_local_rank or open_store(config.store).is_committed(config.output_name):
+    if config.engines.running or not runs_here(config) or open_store(config.store).is_committed(config.output_name):
         return config
+    precision = config.compute.precision
+    leased = stack.enter_context(leased_engines(config.init_checkpoint, exclusive=True, precision=precision))
+    if leased is not None:
+        return config.model_copy(update={"engines": config.engines.model_copy(update={"engine_urls": leased.engine_urls})})
     # The stage's job pushes its weights inside its own scratch folder, under the stage's.
-    fleet = launch_engines(stack, EngineSettings(precision=config.compute.precision), config.init_checkpoint,
+    fleet = launch_engines(stack, EngineSettings(precision=precision), config.init_checkpoint,
                            stage_workdir(config), seed=config.seed, weights_dirs=[stage_workdir(config)])()
     return config.model_copy(update={"engines": config.engines.model_copy(update={"engine_urls": [fleet.url]})})
+
+
+def runs_here(config) -> bool:
+    """The stage's job is one rank on this machine: engines started here can serve it."""
+    return config.launch.kind == "local" and config.launch.nproc == 1
 
 
 def evaluation_engines(config) -> EngineSettings:

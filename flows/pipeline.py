@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 from prefect import flow
 
 from flows.cards import PipelineProgress, publish_pipeline_summary
+from flows.engine_pool import engine_pool, scratch_root
 from flows.job import name_flow_run
 from flows.params import PipelineParams
 from flows.prepare_data import prepare_data
@@ -35,6 +36,7 @@ from flows.stage_table import STEPS, Stage, previous_step
 from infra.references import resolve_checkpoint
 from infra.store import open_store
 from model.checks import DSA_ARCHITECTURE
+from rollout.engine_starts import engine_starts, recording_engine_starts, starts_figures
 
 
 def trained_tokens(history: list[dict]) -> int:
@@ -104,26 +106,41 @@ def pipeline(params: PipelineParams) -> dict:
     # The report and the run page name each stage by its flow: the deployment a person would run it as.
     progress = PipelineProgress([stage.load_flow().name for stage in planned])
     stages, histories, extra_columns = [], {}, {}
-    for stage in planned:
-        config, arguments = flow_inputs(stage, run)
-        stage_started = time.monotonic()
-        result = stage.load_flow()(config, **arguments)
-        run.outputs[stage.name] = result.checkpoint
-        reported = stage.load_flow().name
-        stages.append(stage_record(reported, result, stage_started))
-        histories[reported] = result.trained.history
-        extra_columns[reported] = result.report_columns()
-        progress.finished(reported)
+    store = open_store(spec.store)
+    run_dir = Path(params.reports_dir or reports_folder(store)) / run_id
+    with recording_engine_starts(run_dir / "engine-starts.jsonl") as ledger, \
+            engine_pool(scratch_root() / run_id / "engines", spec.seed) as pool:
+        for index, stage in enumerate(planned):
+            config, arguments = flow_inputs(stage, run)
+            pool.keep_only(*checkpoints_read(config, planned[index + 1:], run))
+            stage_started, starts_before = time.monotonic(), len(engine_starts(ledger))
+            result = stage.load_flow()(config, **arguments)
+            run.outputs[stage.name] = result.checkpoint
+            reported = stage.load_flow().name
+            stages.append(stage_record(reported, result, stage_started)
+                          | starts_figures(engine_starts(ledger)[starts_before:]))
+            histories[reported] = result.trained.history
+            extra_columns[reported] = result.report_columns()
+            progress.finished(reported)
 
     summary = {"run_id": run_id, "preset": name, "seed": spec.seed, "from_stage": params.from_stage,
                "to_stage": params.to_stage, "notes": notes,
-               "wall_s": round(time.monotonic() - started, 1), "stages": stages}
-    store = open_store(spec.store)
-    run_dir = Path(params.reports_dir or reports_folder(store)) / run_id
+               "wall_s": round(time.monotonic() - started, 1), **starts_figures(engine_starts(ledger)), "stages": stages}
     report = write_report(run_dir, summary, histories, extra_columns)
     committed = commit_report(store, run_dir, summary)
     publish_pipeline_summary(summary, committed.uri)
     return {**summary, "report": str(report), "report_uri": committed.uri}
+
+
+def checkpoints_read(config, later_stages: list[Stage], run: PipelineRun) -> tuple[set[str], set[str]]:
+    """What the run's engine pool keeps engines for (flows/engine_pool.py): the checkpoints the coming stage reads
+    (its starting checkpoint, its teachers'), and those a stage after it reads that exist already (the
+    teaching stages' outputs, where distillation comes later)."""
+    now = {config.init_checkpoint, *(teacher.checkpoint for teacher in getattr(config, "teachers", []))}
+    teaching_later = any(stage.learns_from_teachers for stage in later_stages)
+    later = {run.outputs[source] for source in run.spec.teacher_stages() if source in run.outputs} \
+        if teaching_later else set()
+    return now, later
 
 
 def reports_folder(store) -> Path:

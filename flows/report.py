@@ -96,13 +96,17 @@ def write_report(run_dir: Path, summary: dict, histories: dict[str, list[dict]],
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = [f"# posttrain run {summary['run_id']}", "",
-             f"preset `{summary['preset']}`, wall time {summary['wall_s']:.0f} s", "",
+             f"preset `{summary['preset']}`, wall time {summary['wall_s']:.0f} s"
+             + (f", {summary['engine_starts']} rollout engines started ({summary['engine_start_s']:.0f} s from launch "
+                f"to answering, summed)" if "engine_starts" in summary else ""), "",
              *(f"> {note}\n" for note in summary.get("notes", []))]
     for stage in summary["stages"]:
         name = stage["stage"]
         lines += [f"## {name}", "", f"- checkpoint: `{stage['checkpoint']}`",
                   f"- wall time: {stage['wall_s']:.0f} s, of which the training job {stage['train_s']:.0f} s "
-                  f"(the rest is evaluation before and after); trained tokens: {stage['train_tokens']:,}", ""]
+                  f"(the rest is evaluation before and after); trained tokens: {stage['train_tokens']:,}"
+                  + (f"; engines started: {stage['engine_starts']} ({stage['engine_start_s']:.0f} s)"
+                     if "engine_starts" in stage else ""), ""]
         if record := stage.get("rollouts"):  # the samples it trained on, and what keeping them cost
             cost = (f"; writing them took {record['record_s']:.2f} s of the job's {stage['train_s']:.0f} s "
                     f"({100 * record['record_s'] / stage['train_s']:.1f}%)" if record["record_s"] is not None

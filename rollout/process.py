@@ -17,6 +17,7 @@ from infra.lifetime import child_environment, die_with_parent
 from infra.ports import free_port
 from rollout.auth import bearer_headers
 from rollout.client import EngineClient, EngineUnavailableError
+from rollout.engine_starts import record_engine_start
 
 
 class ServiceProcess:
@@ -30,6 +31,8 @@ class ServiceProcess:
         self.startup_timeout_s, self.foreign = startup_timeout_s, foreign
         self.process: subprocess.Popen | None = None
         self.url = ""
+        self.launched_at = 0.0
+        self.start_recorded = False  # an engine's start, on the run's ledger once (rollout/engine_starts.py)
 
     def start(self) -> str:
         self.launch()
@@ -46,7 +49,8 @@ class ServiceProcess:
                 stdout=log, stderr=subprocess.STDOUT, env=child_environment(),
                 preexec_fn=die_with_parent if self.foreign else None,
             )
-        self._deadline = time.monotonic() + self.startup_timeout_s
+        self.launched_at = time.monotonic()
+        self._deadline = self.launched_at + self.startup_timeout_s
 
     def wait_ready(self) -> str:
         """The launched process's URL once it answers `GET /health`; stopped and named if it never does."""
@@ -93,6 +97,7 @@ class EngineProcess:
         for folder in weights_dirs:
             args += ["--weights-dir", str(folder)]
         self.service = ServiceProcess("rollout.engine.server", args, log_path, host=host, startup_timeout_s=startup_timeout_s)
+        self.checkpoint = checkpoint
         self.downloads: Path | None = None
 
     @property
@@ -111,7 +116,7 @@ class EngineProcess:
         self.service.launch()
 
     def wait_ready(self) -> EngineClient:
-        return ready_client(self.service, self.stop)
+        return ready_client(self.service, self.stop, self.checkpoint)
 
     def stop(self) -> None:
         stop_serving(self.service, self.downloads)
@@ -123,13 +128,18 @@ class EngineProcess:
         self.stop()
 
 
-def ready_client(service: ServiceProcess, stop: Callable[[], None]) -> EngineClient:
-    """A client of the engine `service` once it answers; `stop` runs if it never does or the wait is interrupted."""
+def ready_client(service: ServiceProcess, stop: Callable[[], None], checkpoint: str) -> EngineClient:
+    """A client of the engine `service` once it answers, its start on the run's ledger (rollout/engine_starts.py) the
+    first time; `stop` runs if it never does or the wait is interrupted."""
     try:
-        return EngineClient(service.wait_ready())
+        client = EngineClient(service.wait_ready())
     except BaseException:
         stop()
         raise
+    if not service.start_recorded:
+        service.start_recorded = True
+        record_engine_start(checkpoint, time.monotonic() - service.launched_at)
+    return client
 
 
 def stop_serving(service: ServiceProcess, downloads: Path | None) -> None:

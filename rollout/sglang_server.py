@@ -82,7 +82,7 @@ class SglangServerProcess:
         self.service.launch()
 
     def wait_ready(self) -> EngineClient:
-        return ready_client(self.service, self.stop)
+        return ready_client(self.service, self.stop, self.checkpoint)
 
     def stop(self) -> None:
         stop_serving(self.service, self.downloads)

@@ -33,6 +33,16 @@ def test_pipeline_writes_report_and_skips_committed_stages(smoke_pipeline):
                                                       "distill"]
     assert {"arith/accuracy", "format_validity", "thinking_compliance", "search/success"} <= set(sft["metrics_after"])
     assert set(rl["metrics_before"]) == set(rl["metrics_after"]) == {"arith/accuracy_greedy", "arith/accuracy_sampled"}
+    # The run's engines, pooled across stages (flows/engine_pool.py), every start on the ledger beside the report.
+    starts = [json.loads(line) for line in (run_dir / "engine-starts.jsonl").read_text().splitlines()]
+    assert written["engine_starts"] == len(starts) == sum(stage["engine_starts"] for stage in written["stages"])
+    print("engine starts per stage:", {stage["stage"]: stage["engine_starts"] for stage in written["stages"]})
+    # Reasoning RL's engine (the evaluations' and the policy's) is started on the SFT checkpoint; agentic RL's
+    # evaluation before reuses it (loaded with reasoning RL's checkpoint), so agentic RL starts its job's replica
+    # and the engine of its evaluation after (kept: distillation's agentic teacher); general RL starts its policy's
+    # (the agentic checkpoint's stays for the teacher); distillation's student takes general RL's, idle, and two
+    # teachers (SFT's and general RL's: the others are the kept ones) start.
+    assert [stage["engine_starts"] for stage in written["stages"]] == [0, 1, 2, 0, 1, 2]
     # Reasoning RL starts from the SFT checkpoint, and its lineage says so.
     lineage = json.loads(Path(rl["checkpoint"].removeprefix("file://"), "lineage.json").read_text())
     assert lineage["parents"][0]["uri"] == sft["checkpoint"]
