@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: one script, one JSON document on stdout, about 5-8 minutes on one H100 or H200.
+# The GPU check: one script, one JSON document on stdout, about 8-12 minutes on one H100 or H200.
 #   1. the smoke pipeline end to end on CUDA (every stage; bf16, the GPU default);
 #   2. SFT tokens/s and model FLOPs utilisation of glm5-small in bf16 (bench/sft_throughput.py);
 #   3. the rollout engine's decode tokens/s against transformers' generate on the GPU (bench/rollout_throughput.py);
@@ -7,7 +7,11 @@
 #      `compute.experts_kernel: auto` follows on a GPU;
 #   5. the first 5 SFT losses in fp32 on the GPU against the CPU: same weights, same batches. Tolerance:
 #      1e-3 relative. fp32 on both (no TF32), but the GPU's kernels sum in another order, and Adam turns
-#      rounding in a near-zero gradient into a visible difference within a few steps.
+#      rounding in a near-zero gradient into a visible difference within a few steps;
+#   6. glm5-small through 4 reasoning RL steps on each rollout backend, the built-in engine and SGLang's own
+#      server (`engines.backend: sglang`), weights broadcast after every step: per step the trainer's logprob gap
+#      to the engine's and IcePop's masked fraction (bench/rl_engines.py). SGLang must be in the .venv already
+#      (`uv pip install -e '.[sglang]'`: the GPU machine may have no network); without it the arm says so.
 # Needs the project's .venv with a CUDA build of torch (`make venv` on a GPU machine, see the Makefile).
 #   bash bench/gpu_check.sh > gpu_check.json
 set -euo pipefail
@@ -28,6 +32,11 @@ $PY bench/rollout_throughput.py --model glm5-small --batch 64 --prompt-len 64 --
 $PY bench/moe_experts.py --presets glm5-small --batch 16 --seq 512 --rounds 3 --out "$scratch/moe.json" > /dev/null
 $PY bench/sft_throughput.py --losses --steps 5 --precision fp32 > "$scratch/losses_gpu.json"
 CUDA_VISIBLE_DEVICES="" $PY bench/sft_throughput.py --losses --steps 5 --precision fp32 > "$scratch/losses_cpu.json"
+.venv/bin/posttrain prepare --preset glm5-small --store "$scratch/small" > "$scratch/prepare.log" 2>&1
+if POSTTRAIN_WORKDIR="$scratch/work" timeout 900 $PY bench/rl_engines.py --store "$scratch/small" --steps 4 \
+    --out "$scratch/rl_engines.json" > "$scratch/rl_engines.log" 2>&1; then :; else
+  echo "{\"exit_code\": $?, \"log_tail\": $($PY -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()[-1500:]))' "$scratch/rl_engines.log")}" > "$scratch/rl_engines.json"
+fi
 
 SCRATCH="$scratch" SMOKE="$smoke" SMOKE_S="$smoke_s" $PY - <<'EOF'
 import json, os
@@ -47,5 +56,6 @@ print(json.dumps({
     "moe_experts_glm5_small_bf16": read("moe.json"),
     "fp32_losses_gpu_vs_cpu": {"gpu": gpu, "cpu": cpu, "max_relative_difference": max(relative),
                                "tolerance": 1e-3, "within": max(relative) <= 1e-3},
+    "rl_engines_glm5_small": read("rl_engines.json"),
 }, indent=2))
 EOF
