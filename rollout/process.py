@@ -24,11 +24,11 @@ class ServiceProcess:
     """`python -m MODULE ARGS --host H --port P` as a child process, up once `GET /health` answers."""
 
     def __init__(self, module: str, args: list[str], log_path: Path, *, host: str = "127.0.0.1",
-                 startup_timeout_s: float = 120.0, foreign: bool = False):
+                 startup_timeout_s: float = 120.0, foreign: bool = False, env: dict[str, str] | None = None):
         """`foreign`: the module is not our code (SGLang's server), so it cannot watch its owner itself: the
-        kernel sends it SIGTERM when the thread that started it ends."""
+        kernel sends it SIGTERM when the thread that started it ends. `env`: variables set for it on top of ours."""
         self.module, self.args, self.log_path, self.host = module, args, Path(log_path), host
-        self.startup_timeout_s, self.foreign = startup_timeout_s, foreign
+        self.startup_timeout_s, self.foreign, self.env = startup_timeout_s, foreign, dict(env or {})
         self.process: subprocess.Popen | None = None
         self.url = ""
         self.launched_at = 0.0
@@ -46,7 +46,7 @@ class ServiceProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", self.module, *self.args, "--host", self.host, "--port", str(port)],
-                stdout=log, stderr=subprocess.STDOUT, env=child_environment(),
+                stdout=log, stderr=subprocess.STDOUT, env=child_environment() | self.env,
                 preexec_fn=die_with_parent if self.foreign else None,
             )
         self.launched_at = time.monotonic()

@@ -7,6 +7,7 @@ routed experts, the weight-update endpoints), so only the start differs:
   defines (its `sglang/srt/arg_groups/fields`, read as source: importing SGLang needs its CUDA dependencies);
 - token in, token out (`--skip-tokenizer-init`): the trainer trains on exactly the sampled ids;
 - each position's routed experts on request (`--enable-return-routed-experts`: routing agreement and replay);
+- DSA's keys selected by the trainer's rule (`DSA_TOPK_FLAGS`, `DSA_TOPK_ENV`), sparse at every length;
 - the kernel's parent-death signal, since SGLang is not our code (`infra.lifetime.die_with_parent`): SIGTERM,
   on which SGLang stops its scheduler and detokenizer processes too;
 - a machine without CUDA is refused before anything starts, naming the field.
@@ -30,6 +31,15 @@ from rollout.process import ServiceProcess, ready_client, stop_serving
 from rollout.served_checkpoint import local_checkpoint
 
 SGLANG_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+# DSA's key selection as our trainer makes it (model/dsa.py `stable_topk`: among keys scoring as the k-th, the most
+# recent). SGLang's default top-k kernel leaves ties unspecified; FlashInfer's radix top-k takes a tie-break, and
+# "large" (the larger key index) is ours. Deterministic, so a sequence selects alike in every batch. Prefill attends
+# sparse at every length: by default SGLang's prefill runs dense attention up to 2,048 keys, which is not what a
+# model trained sparse computes past its top-k. (The environment is read by SGLang's `srt/environ.py`; the same
+# three settings are what Miles' true-on-policy GLM-5 recipes give SGLang.)
+DSA_TOPK_FLAGS = ["--dsa-topk-backend", "flashinfer"]
+DSA_TOPK_ENV = {"SGLANG_DSA_TOPK_FLASHINFER_TIE_BREAK": "large", "SGLANG_DSA_TOPK_FLASHINFER_DETERMINISTIC": "1",
+                "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "0"}
 # Loading a large checkpoint and capturing CUDA graphs takes minutes.
 SGLANG_STARTUP_TIMEOUT_S = 1800.0
 
@@ -47,7 +57,8 @@ def server_args(settings: EngineSettings, checkpoint_dir: str, *, seed: int, pre
     process that starts it). `key`: the API key it requires of every request (default: ours, if set)."""
     args = ["--model-path", checkpoint_dir, "--dtype", SGLANG_DTYPES[torch_dtype(precision)],
             "--random-seed", str(seed), "--skip-tokenizer-init", "--enable-return-routed-experts",
-            "--weight-version", weight_version, "--tp-size", str(settings.tp_size), "--dp-size", str(settings.dp_size)]
+            "--weight-version", weight_version, "--tp-size", str(settings.tp_size), "--dp-size", str(settings.dp_size),
+            *DSA_TOPK_FLAGS]
     if settings.mem_fraction_static is not None:
         args += ["--mem-fraction-static", str(settings.mem_fraction_static)]
     if settings.deterministic:
@@ -68,7 +79,7 @@ class SglangServerProcess:
         require_cuda(settings)
         self.settings, self.checkpoint, self.seed, self.precision = settings, checkpoint, seed, precision
         self.service = ServiceProcess("sglang.launch_server", [], log_path, host=host,
-                                      startup_timeout_s=SGLANG_STARTUP_TIMEOUT_S, foreign=True)
+                                      startup_timeout_s=SGLANG_STARTUP_TIMEOUT_S, foreign=True, env=DSA_TOPK_ENV)
         self.downloads: Path | None = None
 
     @property

@@ -2,16 +2,18 @@
 accepts (its flags as its source declares them: importing its server arguments needs its CUDA dependencies), and
 on a machine without CUDA the choice is refused by name before anything starts."""
 
+import ast
 from contextlib import ExitStack
 
 import pytest
 import torch
 from pydantic import ValidationError
 
+from model.dsa import stable_topk
 from rollout.engine_settings import EngineSettings
 from rollout.engines import launch_engines
-from rollout.sglang_server import server_args
-from tests.sglang_types import server_flags
+from rollout.sglang_server import DSA_TOPK_ENV, server_args
+from tests.sglang_types import server_flags, sglang_root
 
 
 def check_command_line(args: list[str]) -> dict[str, str | None]:
@@ -60,6 +62,7 @@ def test_the_server_s_command_line_is_one_sglang_accepts(settings, precision, ke
     assert parsed.get("--mem-fraction-static") == (None if settings.mem_fraction_static is None
                                                    else str(settings.mem_fraction_static))
     assert parsed.get("--api-key") == (key or None)
+    assert parsed["--dsa-topk-backend"] == "flashinfer"  # the top-k that takes a tie-break (below)
 
 
 def test_a_flag_sglang_does_not_define_fails_the_check():
@@ -79,3 +82,21 @@ def test_sglang_without_cuda_is_refused_naming_the_field_before_anything_starts(
 def test_sglang_s_settings_are_refused_on_the_builtin_engine():
     with pytest.raises(ValidationError, match="engines.tp_size is a setting of backend sglang"):
         EngineSettings(tp_size=2)
+
+
+def test_sglang_selects_dsa_keys_by_the_trainers_rule():
+    """The variables the server starts with are ones the pinned SGLang reads, with values it accepts: FlashInfer's
+    top-k preferring the larger key index among keys scoring as the k-th (its TopKTieBreak.LARGE, 2), which is
+    `stable_topk`'s rule; deterministic; prefill sparse at every length."""
+    environ = ast.parse((sglang_root() / "srt" / "environ.py").read_text())
+    declared = {target.id for node in ast.walk(environ) if isinstance(node, ast.Assign)
+                for target in node.targets if isinstance(target, ast.Name)}
+    assert set(DSA_TOPK_ENV) <= declared
+    backend = ast.parse((sglang_root() / "srt" / "layers" / "attention" / "dsa" / "dsa_topk_backend.py").read_text())
+    (tie_breaks,) = [ast.literal_eval(node.value) for node in ast.walk(backend) if isinstance(node, ast.Assign)
+                     and getattr(node.targets[0], "id", "") == "_FLASHINFER_TIE_BREAK_VALUES"]
+    assert tie_breaks[DSA_TOPK_ENV["SGLANG_DSA_TOPK_FLASHINFER_TIE_BREAK"]] == 2
+    assert DSA_TOPK_ENV["SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"] == "0"
+    # Ours: of six keys where four tie at the k-th score, the k = 3 selected are the top one and the two newest ties.
+    scores = torch.tensor([[0.0, 5.0, 0.0, 0.0, 0.0, -1.0]])
+    assert stable_topk(scores, 3).tolist() == [[1, 3, 4]]
