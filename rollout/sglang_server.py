@@ -36,7 +36,7 @@ SGLANG_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.flo
 # "large" (the larger key index) is ours. Deterministic, so a sequence selects alike in every batch. Prefill attends
 # sparse at every length: by default SGLang's prefill runs dense attention up to 2,048 keys, which is not what a
 # model trained sparse computes past its top-k. (The environment is read by SGLang's `srt/environ.py`; the same
-# three settings are what Miles' true-on-policy GLM-5 recipes give SGLang.)
+# tie-break and determinism are what public true-on-policy recipes for GLM-5 on Miles give SGLang.)
 DSA_TOPK_FLAGS = ["--dsa-topk-backend", "flashinfer"]
 DSA_TOPK_ENV = {"SGLANG_DSA_TOPK_FLASHINFER_TIE_BREAK": "large", "SGLANG_DSA_TOPK_FLASHINFER_DETERMINISTIC": "1",
                 "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD": "0"}
