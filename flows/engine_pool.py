@@ -75,6 +75,8 @@ class EnginePool:
         if reusable:
             engine = reusable[0]
             if engine.serving != checkpoint:
+                # Unknown until the engine says it loaded: a request that fails may have loaded it all the same.
+                engine.serving = None
                 EngineClient(engine.url).update_weights(checkpoint)  # from the store: its digests checked
                 engine.serving = checkpoint
             return self._leased(engine, exclusive)

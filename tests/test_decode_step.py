@@ -12,7 +12,7 @@ from model.dsa import set_dense_attention
 from model.presets import build_model
 from model.routing import RoutingCapture
 from rollout.engine.decode_step import EVERY_EXPERT_UP_TO, DecodeStep, covers
-from rollout.engine.generation import left_padded
+from rollout.engine.generation import Engine, left_padded
 
 VARIANTS = {
     "preset": {},
@@ -90,3 +90,17 @@ def test_refresh_folds_the_weights_the_model_holds_now(tokenizer):
     fresh, _ = next_logits()
     assert (stale - expected).abs().max() > 1e-3 and (fresh - expected).abs().max() < 1e-4
     assert not torch.equal(before, fresh)
+
+
+def test_a_push_that_fails_part_way_leaves_decoding_on_what_the_model_holds(tokenizer, tmp_path):
+    build_model("glm5-tiny", tokenizer, seed=3).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    engine = Engine(tmp_path)
+
+    def broken_push(served):
+        served["model.layers.0.self_attn.q_b_proj.weight"].mul_(1.5)  # one tensor arrived, then the broadcast broke
+        raise RuntimeError("the broadcast broke")
+
+    with pytest.raises(RuntimeError, match="broke"):
+        engine.update_weights_in_place(broken_push)
+    assert torch.equal(engine.decode_step.layers[0].from_q_resid, DecodeStep(engine.model).layers[0].from_q_resid)

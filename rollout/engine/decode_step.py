@@ -13,7 +13,7 @@ What it folds, once per weight version (`refresh`: after loading, after every we
   cos and sin (`cat(freqs, freqs)`: the halves' angles). The indexer's keys are normalised after their
   projection, so their quarter turn is a product with a fixed ±1 matrix after the norm instead.
 - The projections that read the same input, as one product: the layer's input into q_a, kv_a and the indexer's
-  key; q_resid into the heads' queries and the indexer's. The indexer's head weights take its two scales.
+  key; q_resid into the heads' queries and the indexer's.
 - Few experts (`EVERY_EXPERT_UP_TO`) are computed for every token at once, each token mixing the ones it was
   routed to.
 
@@ -72,7 +72,8 @@ class FoldedIndexer:
     key_norm_bias: torch.Tensor
     key_eps: float
     turn: torch.Tensor  # [Di, Di]: `quarter_turn`
-    head_weights: torch.Tensor  # [Hi, hidden], float32, both of the indexer's scales in
+    head_weights: torch.Tensor  # [Hi, hidden], in the dtype the model keeps them (float32 where it loads them so)
+    head_scale: float  # both of the indexer's scales
     heads: int
     width: int
     topk: int
@@ -127,7 +128,7 @@ def fold_attention(attention) -> FoldedAttention:
         indexer = FoldedIndexer(
             key_norm=stock.k_norm.weight[order], key_norm_bias=stock.k_norm.bias[order], key_eps=stock.k_norm.eps,
             turn=quarter_turn(width, index_rope).to(stock.wk.weight),
-            head_weights=stock.weights_proj.weight.float() * (index_heads**-0.5 * stock.softmax_scale),
+            head_weights=stock.weights_proj.weight, head_scale=index_heads**-0.5 * stock.softmax_scale,
             heads=index_heads, width=width, topk=attention.config.index_topk)
     widths = [inputs[0].shape[0], inputs[1].shape[0] + inputs[2].shape[0], *(part.shape[0] for part in inputs[3:])]
     inputs_bias = None if all(bias is None for bias in biases) else torch.cat(
@@ -211,7 +212,8 @@ def select_keys(indexer: FoldedIndexer, x, key, queries, turning, cache, layer_i
     q = queries.view(x.shape[0], indexer.heads, 2 * indexer.width)
     q = q[..., :indexer.width] * cos[:, None] + q[..., indexer.width:] * sin[:, None]
     per_head = torch.bmm(q.float(), keys.float().transpose(1, 2)).relu_()  # [B, Hi, T]
-    scores = torch.bmm(F.linear(x.float(), indexer.head_weights)[:, None], per_head)  # [B, 1, T]
+    weights = F.linear(x.to(indexer.head_weights.dtype), indexer.head_weights).float() * indexer.head_scale
+    scores = torch.bmm(weights[:, None], per_head)  # [B, 1, T]
     scores.masked_fill_(masked[:, None], float("-inf"))
     return stable_topk(scores, indexer.topk)[:, 0]
 

@@ -87,9 +87,11 @@ class Engine:
         """`receive` writes new values into the served tensors (by state-dict name) while no batch decodes;
         returns the new weight version."""
         with self._lock, torch.no_grad():
-            receive(self.model.state_dict())
-            if self.decode_step is not None:
-                self.decode_step.refresh()
+            try:
+                receive(self.model.state_dict())
+            finally:  # a push that failed part-way left some tensors new: decoding reads what the model holds
+                if self.decode_step is not None:
+                    self.decode_step.refresh()
             self.weight_version = weight_version or self._next_version()
             return self.weight_version
 
