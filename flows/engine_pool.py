@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from model.device import resolved_precision
 from rollout.client import EngineClient
 from rollout.engine_settings import EngineSettings
 from rollout.process import EngineProcess
@@ -61,7 +62,8 @@ class EnginePool:
 
     def lease(self, checkpoint: str, *, exclusive: bool, precision: str = "auto") -> str:
         self._uses += 1
-        mine = [engine for engine in self.engines if engine.precision == precision]
+        # By the dtype served: `auto` and `bf16` are one engine on a GPU.
+        mine = [engine for engine in self.engines if resolved_precision(engine.precision) == resolved_precision(precision)]
         if not exclusive:
             for engine in mine:
                 if engine.serving == checkpoint and not engine.exclusive:

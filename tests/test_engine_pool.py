@@ -4,6 +4,7 @@ updates, kept for what later stages read, stopped when nothing does, every start
 import torch
 
 from flows.engine_pool import engine_pool, leased_engines, scratch_root
+from model.device import resolved_precision
 from model.dsa import set_dense_attention
 from model.logprobs import next_token_logprobs
 from model.presets import build_model, load_model
@@ -38,7 +39,8 @@ def test_the_pool_starts_an_engine_once_per_need_and_keeps_what_later_stages_rea
     ledger = tmp_path / "engine-starts.jsonl"
     with recording_engine_starts(ledger), engine_pool(tmp_path / "engines", seed=0) as pool:
         first = pool.lease(a, exclusive=False)
-        assert pool.lease(a, exclusive=False) == first  # two evaluations of one checkpoint share it
+        # Two evaluations of one checkpoint share it, whether they name the dtype served or leave it `auto`.
+        assert pool.lease(a, exclusive=False, precision=resolved_precision("auto")) == first
         pool.release(first)
         pool.release(first)
         assert serves(first, a)
