@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from model.device import resolved_precision
 from rollout.client import EngineClient
 from rollout.engine_settings import EngineSettings
-from rollout.process import EngineProcess
+from rollout.engines import launch_engines
 
 # Idle engines kept beyond those serving a checkpoint a later stage reads: the next stage's policy engine
 # or evaluation takes one by a weight update instead of a start.
@@ -40,7 +40,7 @@ SPARE_ENGINES = 1
 
 @dataclass
 class PooledEngine:
-    process: EngineProcess
+    stack: ExitStack  # stops it (rollout/engines.py started it)
     url: str
     precision: str
     serving: str | None  # the committed checkpoint it serves; None once a trainer pushed weights into it
@@ -112,15 +112,20 @@ class EnginePool:
     def _started(self, checkpoint: str, precision: str) -> PooledEngine:
         index = len(self.engines)
         # Any stage of the run may push weights through the disk: they write under the run's scratch folders.
-        process = EngineProcess(checkpoint, self.workdir / f"pooled-engine-{index}.log", seed=self.seed + index,
-                                weights_dirs=[scratch_root()], precision=precision)
-        process.launch()
-        engine = PooledEngine(process, process.wait_ready().base_url, precision, checkpoint)
+        stack = ExitStack()
+        try:
+            fleet = launch_engines(stack, EngineSettings(precision=precision), checkpoint,
+                                   self.workdir / f"pooled-{index}", seed=self.seed + index,
+                                   weights_dirs=[scratch_root()])()
+        except BaseException:
+            stack.close()
+            raise
+        engine = PooledEngine(stack, fleet.url, precision, checkpoint)
         self.engines.append(engine)
         return engine
 
     def _stop(self, engine: PooledEngine) -> None:
-        engine.process.stop()
+        engine.stack.close()
         self.engines.remove(engine)
 
 
