@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 from importlib.util import find_spec
@@ -49,6 +50,11 @@ def unavailable(backend: str) -> str | None:
         return "SGLang's server needs a CUDA GPU; this machine has none"
     if find_spec("sglang") is None:
         return "SGLang is not installed: uv pip install -e '.[sglang]'"
+    # Installed is not importable: its CUDA dependencies (sgl_kernel, flashinfer, triton) may be missing.
+    check = subprocess.run([sys.executable, "-c", "import sglang.launch_server"], capture_output=True, text=True,
+                           timeout=300)
+    if check.returncode:
+        return f"SGLang does not import here: {check.stderr.strip()[-1500:]}"
     return None
 
 
@@ -65,7 +71,9 @@ def run_backend(store_root: Path, checkpoint: str, dataset: str, backend: str, s
             run_id=f"rl-engines-{backend}", store=str(root), init_checkpoint=uris[0], datasets=[uris[1]],
             max_steps=steps, prompts_per_step=4, group_size=8, sampling={"max_new_tokens": 64}, optimizer={"warmup_steps": 0},
             dynamic_sampling={"enabled": False}, checkpoint_every=10_000,
-            engines={"backend": backend, "weight_sync": "distributed"})
+            engines={"backend": backend, "weight_sync": "distributed",
+                     # SGLang takes most of the GPU by default; the trainer shares it here.
+                     **({"mem_fraction_static": 0.45} if backend == "sglang" else {})})
         path = Path(tmp) / "run.json"
         path.write_text(config.model_dump_json())
         steps_seen: list[dict] = []
@@ -101,15 +109,18 @@ def main() -> None:
     checkpoint = resolve_checkpoint(store, args.checkpoint, "--checkpoint")
     dataset = resolve_dataset(store, args.dataset, "--dataset")
     root = Path(urlsplit(store.root_uri).path)
-    arms = {}
+    arms: dict[str, dict] = {}
+
+    def document() -> str:
+        return json.dumps({"bench": "rl_engines", "checkpoint": checkpoint, "dataset": dataset, "steps": args.steps,
+                           "weight_sync": "distributed", "machine": host, "arms": arms}, indent=2)
+
     for backend in args.backends:
         reason = unavailable(backend)
         arms[backend] = {"unavailable": reason} if reason else run_backend(root, checkpoint, dataset, backend, args.steps)
-    document = json.dumps({"bench": "rl_engines", "checkpoint": checkpoint, "dataset": dataset, "steps": args.steps,
-                           "weight_sync": "distributed", "machine": host, "arms": arms}, indent=2)
-    print(document)
-    if args.out:
-        args.out.write_text(document + "\n")
+        if args.out:  # after each arm: a run cut short still leaves the arms it finished
+            args.out.write_text(document() + "\n")
+    print(document())
 
 
 if __name__ == "__main__":

@@ -63,7 +63,8 @@ class ServiceProcess:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
                     raise EngineUnavailableError(
-                        f"{self.module} at {self.url} did not come up: {error}; log: {self.log_path}") from error
+                        f"{self.module} at {self.url} did not come up: {error}; log: {self.log_path}, ending:\n"
+                        f"{log_tail(self.log_path)}") from error
                 time.sleep(0.2)
 
     def stop(self) -> None:
@@ -193,3 +194,13 @@ class RouterProcess(ServiceProcess):
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def log_tail(path: Path, characters: int = 2000) -> str:
+    """The end of a service's log, for an error that says why it stopped (the log may go with its job's folder)."""
+    try:
+        with path.open("rb") as log:
+            log.seek(max(0, log.seek(0, 2) - characters))
+            return log.read().decode("utf-8", "replace")
+    except OSError as error:
+        return f"(unreadable: {error})"

@@ -74,7 +74,9 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     with ExitStack() as stack:
         producer = start_rollouts(stack, config, stage, engine, tokenizer, task_rows, start_step, version, pass_rates,
                                   routed_experts=routing is not None)
-        push = weight_pusher(stack, config.engines.weight_sync, engine, producer.update_weights, workdir, dist)
+        started_here = not (config.engines.engine_urls or config.engines.router_url)
+        push = weight_pusher(stack, config.engines.weight_sync, engine, producer.update_weights, workdir, dist,
+                             colocated=started_here)
         run, trained_samples = stack.enter_context(timed()), 0
         for step in range(start_step, config.max_steps):
             drawn = next_batch(producer, config, version)

@@ -92,7 +92,7 @@ def policy_engine(stack: ExitStack, config, engine, workdir: Path, dist: Dist, s
                            precision=config.compute.precision, threads=engine_threads(settings.replicas),
                            serve_checkpoint=dist.is_main and not start_step)()
     push = weight_pusher(stack, settings.weight_sync, engine, fleet.client.update_weights, workdir, dist,
-                         shared=not fleet.started)
+                         colocated=fleet.started, shared=not fleet.started)
     if start_step:  # started engines serve the init checkpoint, running ones anything: give them the resumed weights
         push(start_step)
     return PolicyEngine(fleet, push)
@@ -108,16 +108,17 @@ def engine_threads(computing_at_once: int) -> int | None:
 
 
 def weight_pusher(stack: ExitStack, sync: WeightSync, engine, update: Callable[[WeightDelivery], None],
-                  workdir: Path, dist: Dist, *, shared: bool = True) -> Callable[[int], None]:
+                  workdir: Path, dist: Dist, *, colocated: bool, shared: bool = True) -> Callable[[int], None]:
     """`push(version)` for an engine fleet: `update` gets the trainer's current weights (ZeRO-3's gathered,
     LoRA's merged) as `version` — broadcast over one group with every engine the fleet lists (formed again
     when they change), or written to disk for each to load — from rank 0 when the ranks share the fleet
-    (`shared`), else from each rank to its own; no rank goes on before every engine serves them."""
+    (`shared`), else from each rank to its own; no rank goes on before every engine serves them. `colocated`: the
+    engines were started by this job (`group_backend`)."""
     pushes_here = dist.is_main or not shared
     if sync == "disk":
         return lambda version: push_weights(engine, workdir, version, dist.is_main,
                                             (lambda path: update(FromDisk(path, str(version)))) if pushes_here else None)
-    group = FleetWeightGroup(group_backend())
+    group = FleetWeightGroup(group_backend(colocated))
     stack.callback(group.close)
 
     def push(version: int) -> None:
@@ -135,5 +136,7 @@ def served_weights(module) -> list[tuple[str, torch.Tensor]]:
     return list((merged_lora_state_dict(module) or module.state_dict()).items())
 
 
-def group_backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
+def group_backend(colocated: bool) -> str:
+    """NCCL between GPUs; gloo without a GPU, or where the engines were started beside the trainer: on its machine,
+    they may share its GPU, and NCCL refuses two ranks of one group on one device ("Duplicate GPU detected")."""
+    return "nccl" if torch.cuda.is_available() and not colocated else "gloo"
