@@ -72,6 +72,15 @@ class PrefectRunRef(_Record):
     flow_name: str | None = None
 
 
+class MtpRecord(_Record):
+    """A checkpoint's multi-token prediction layers (model/mtp.py): how many it carries, and whether the stage that
+    made it trained them, at how many depths."""
+
+    layers: int
+    trained: bool
+    depths: int | None = None
+
+
 class Lineage(_Record):
     format: Literal[1] = LINEAGE_FORMAT
     kind: Literal["checkpoint", "dataset", "tokenizer", "eval", "report"]
@@ -90,6 +99,8 @@ class Lineage(_Record):
     triggered_by: str | None = None
     wandb_run: str | None = None
     eval_summary: dict[str, float] = Field(default_factory=dict)
+    # A checkpoint that carries MTP layers says so; None for one without, and for other artifacts.
+    mtp: MtpRecord | None = None
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     # This artifact's own name in its store: from the artifact's URI, the store's root today.
     stored_as: str | None = None

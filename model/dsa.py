@@ -334,6 +334,8 @@ def install_dsa_indexers(model: nn.Module) -> list[DsaIndexer]:
     """
     indexers = []
     for attention in [m for m in model.modules() if isinstance(m, GlmMoeDsaAttention)]:
+        if attention.layer_idx >= attention.config.num_hidden_layers:
+            continue  # the MTP layer's (model/mtp.py): it attends densely and its indexer never runs here
         attention.__class__ = DsaAttention
         if attention.indexer is None:  # a "shared" layer reuses the previous layer's selection
             continue

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import torch
 
+from model.mtp import MtpLayer
 from model.padding_free import token_positions
 
 BIAS = "e_score_correction_bias"
 
 
 def routers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The MoE routers of `model`, in layer order: the modules that hold a router bias."""
-    return [module for module in model.modules() if hasattr(module, BIAS)]
+    """The MoE routers of `model`'s own layers, in layer order: the modules that hold a router bias. The MTP layer's
+    (model/mtp.py) is left out: it routes outside the model's forward, and SGLang's routed experts list the model's
+    layers alone."""
+    carried = {id(module) for layer in model.modules() if isinstance(layer, MtpLayer) for module in layer.modules()}
+    return [module for module in model.modules() if hasattr(module, BIAS) and id(module) not in carried]
 
 
 def hook_routers(model: torch.nn.Module, hook) -> list[torch.nn.Module]:

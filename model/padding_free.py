@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from model.mtp import main_layers
+
 
 def padding_free_feed_forward(model: torch.nn.Module) -> PaddingFreeFeedForward:
     """Make the feed-forward of `model` (a transformers causal LM, or a module holding one: the reward model)
@@ -56,7 +58,7 @@ class PaddingFreeFeedForward:
         self._packed: torch.Size | None = None  # the running mlp call's padded [batch, positions, hidden]
         self.positions: torch.Tensor | None = None  # that call's tokens: flat indices into [batch × positions]
         trunk.register_forward_pre_hook(self._read_mask, with_kwargs=True)
-        for layer in trunk.layers:
+        for layer in main_layers(trunk):
             layer.mlp.register_forward_pre_hook(self._pack)
             layer.mlp.register_forward_hook(self._unpack_output)
 

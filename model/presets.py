@@ -17,12 +17,17 @@ long context bench/dsa_attention.py measures what it saves (sparse-gather vs den
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, GlmMoeDsaConfig, GlmMoeDsaForCausalLM, PreTrainedTokenizerBase
 
 from model import special_tokens as st
+from model.mtp import attach_mtp, load_mtp_weights
+
+# The MTP layer of a fresh preset model is initialised from seed + this (build_model).
+MTP_SEED_OFFSET = 7919
 
 PRESETS: dict[str, dict] = {
     # ~1.3M parameters with the demo tokenizer (vocab 2056): the demo and the tests.
@@ -31,6 +36,7 @@ PRESETS: dict[str, dict] = {
         intermediate_size=384, moe_intermediate_size=128, n_routed_experts=4, num_experts_per_tok=2,
         n_shared_experts=1, kv_lora_rank=32, q_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=16,
         v_head_dim=32, index_topk=48, index_head_dim=16, index_n_heads=2, first_k_dense_replace=1,
+        num_nextn_predict_layers=1,
     ),
     # ~42M parameters: a step up for a single GPU.
     "glm5-small": dict(
@@ -38,6 +44,7 @@ PRESETS: dict[str, dict] = {
         intermediate_size=1536, moe_intermediate_size=384, n_routed_experts=8, num_experts_per_tok=2,
         n_shared_experts=1, kv_lora_rank=128, q_lora_rank=256, qk_rope_head_dim=32, qk_nope_head_dim=32,
         v_head_dim=64, index_topk=64, index_head_dim=32, index_n_heads=4, first_k_dense_replace=1,
+        num_nextn_predict_layers=1,
     ),
 }
 
@@ -68,11 +75,14 @@ def preset_config(name: str, tokenizer: PreTrainedTokenizerBase, max_positions: 
 
 
 def build_model(name: str, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> GlmMoeDsaForCausalLM:
-    """A freshly initialised model; the same seed gives the same weights."""
+    """A freshly initialised model with its MTP layer; the same seed gives the same weights. The MTP layer draws
+    from its own seed after the model: the model's weights are those of a preset without one."""
     config = preset_config(name, tokenizer)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = GlmMoeDsaForCausalLM(config)
+        torch.manual_seed(seed + MTP_SEED_OFFSET)
+        attach_mtp(model)
     model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.pad_token_id = config.pad_token_id
     return model
@@ -83,7 +93,25 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32):
     directory = Path(path)
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"{directory}: not a Hugging Face checkpoint directory (no config.json)")
-    return AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, dtype=dtype)
+    with quiet_about_mtp():
+        model = AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, dtype=dtype)
+    if attach_mtp(model) is not None:
+        load_mtp_weights(model, directory)
+    return model
+
+
+@contextmanager
+def quiet_about_mtp():
+    """transformers reports the MTP layer's tensors as unused (it knows GLM-5's layer 78 alone); they are read
+    right after (model/mtp.py), so its warning would mislead."""
+    from transformers.utils import logging
+
+    previous = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(previous)
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -21,11 +21,12 @@ import numpy as np
 import torch
 
 from model.moe_balance import hook_routers, routers
+from model.mtp import main_layers
 
 
 def moe_layers(model: torch.nn.Module) -> list[int]:
     """The positions in the model's stack of the layers that route, in the order `routers(model)` lists them."""
-    layers = model.get_decoder().layers
+    layers = main_layers(model.get_decoder())
     return [index for index, layer in enumerate(layers) if routers(layer)]
 
 
@@ -50,7 +51,7 @@ class RoutingLayout:
     def of(cls, model: torch.nn.Module) -> RoutingLayout | None:
         """None for a model without MoE layers."""
         layers = moe_layers(model)
-        return cls(len(model.get_decoder().layers), model.config.num_experts_per_tok, tuple(layers)) if layers else None
+        return cls(len(main_layers(model.get_decoder())), model.config.num_experts_per_tok, tuple(layers)) if layers else None
 
     def routed_layers(self, payload: str) -> torch.Tensor:
         """[positions, MoE layers, top_k]: the payload's routing layers only."""

@@ -30,6 +30,17 @@ class Sample:
     weight_version: str
     # SGLang's meta_info.routed_experts (base64; model/routing.py), where the request asked for it.
     routed_experts: str | None = None
+    # Speculative decoding's verification steps (SGLang's meta_info.spec_verify_ct), where the engine speculated.
+    spec_verify_ct: int | None = None
+
+
+def accept_length(samples: list[Sample]) -> float | None:
+    """Speculative decoding's tokens per verification step over `samples` (SGLang's spec_accept_length, pooled):
+    None where no engine speculated."""
+    speculated = [s for s in samples if s.spec_verify_ct]
+    if not speculated:
+        return None
+    return sum(len(s.output_ids) for s in speculated) / sum(s.spec_verify_ct for s in speculated)
 
 
 def generate_payload(prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True,
@@ -59,7 +70,8 @@ def samples_from_answer(base_url: str, prompts: list[list[int]], answer: list) -
         raise EngineRequestError(f"{base_url}: the engine aborted a generation: {aborted[0].message}")
     return [
         Sample(prompt, o.output_ids, [lp for lp, _, _ in o.meta_info.output_token_logprobs or []],
-               o.meta_info.finish_reason.type, o.meta_info.weight_version or "", o.meta_info.routed_experts)
+               o.meta_info.finish_reason.type, o.meta_info.weight_version or "", o.meta_info.routed_experts,
+               o.meta_info.spec_verify_ct)
         for prompt, o in zip(prompts, outputs, strict=True)
     ]
 

@@ -39,6 +39,10 @@ class EngineSettings(BaseModel):
         "each engine loads: for engines that cannot join a group)"))
     precision: Precision | None = Field(None, description="the dtype engines started here serve; default: the "
                                                           "trainer's compute precision (auto where nothing trains)")
+    speculative_steps: int = Field(0, ge=0, le=8, description=(
+        "speculative decoding: draft tokens per step from the checkpoint's MTP layer, verified by the model at once "
+        "(greedy output the model's own, sampled output distributed as without it); 0: off. backend sglang: its "
+        "EAGLE/MTP options (--speculative-algorithm EAGLE, --speculative-num-steps)"))
     threads: int | None = Field(None, ge=1, description="CPU threads per engine started here; default: the cores "
                                                         "shared out among the processes computing at once")
 

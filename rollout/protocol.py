@@ -286,6 +286,11 @@ class MetaInfo(BaseModel):
     output_token_logprobs: list[LogprobEntry] | None = None
     input_token_logprobs: list[LogprobEntry] | None = None
     routed_experts: str | None = None  # base64 int32 [positions, num_hidden_layers, top_k] (model/routing.py)
+    # Speculative decoding (SGLang's names): verification steps, completion tokens per step, drafts.
+    spec_verify_ct: int | None = None
+    spec_accept_length: float | None = None
+    spec_num_proposed_drafts: int | None = None
+    spec_num_correct_drafts: int | None = None
 
 
 class GenerateOutput(BaseModel):

@@ -63,6 +63,9 @@ def server_args(settings: EngineSettings, checkpoint_dir: str, *, seed: int, pre
         args += ["--mem-fraction-static", str(settings.mem_fraction_static)]
     if settings.deterministic:
         args.append("--enable-deterministic-inference")
+    if settings.speculative_steps:  # GLM-5's MTP layer as the draft: one chain of draft tokens, verified at once
+        args += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(settings.speculative_steps),
+                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(settings.speculative_steps + 1)]
     token = api_key() if key is None else key
     if token:
         args += ["--api-key", token]

@@ -16,6 +16,7 @@ from model.dsa import (
     recording_indexer_scores,
     set_dense_attention,
 )
+from model.mtp import main_layers
 from model.presets import build_model, preset_config
 
 
@@ -28,7 +29,10 @@ def indexer_params(model):
 
 
 def eager_dsa_model(tokenizer, seed=0):
+    """The preset without its MTP layer (tests/test_mtp.py): these tests read every parameter of the model's own."""
     model = build_model("glm5-tiny", tokenizer, seed=seed)
+    model.model.layers = main_layers(model.model)
+    model.config.num_nextn_predict_layers = 0
     model.set_attn_implementation("eager")  # attention probabilities are the indexer's target
     install_dsa_indexers(model)
     return model

@@ -68,6 +68,10 @@ def test_the_pool_starts_an_engine_once_per_need_and_keeps_what_later_stages_rea
         again = pool.lease(a, exclusive=False)
         assert again == policy and serves(again, a)
         pool.release(again)
+        # A stage that decodes speculatively gets an engine that does (another, though a is served already).
+        drafting = pool.lease(a, exclusive=True, speculative_steps=2)
+        assert drafting not in (first, policy) and serves(drafting, a)
+        pool.release(drafting)
         # Nothing reads b or a any more: one idle engine stays as a spare, the other stops.
         urls = [engine.url for engine in pool.engines]
         pool.keep_only(now=set(), later=set())
@@ -75,7 +79,7 @@ def test_the_pool_starts_an_engine_once_per_need_and_keeps_what_later_stages_rea
         assert sum(answers(url) for url in urls) == 1
     assert not any(answers(url) for url in urls)  # the run's end stops the rest
     starts = engine_starts(ledger)
-    assert [start["checkpoint"] for start in starts] == [a, a] and all(start["seconds"] > 0 for start in starts)
+    assert [start["checkpoint"] for start in starts] == [a, a, a] and all(start["seconds"] > 0 for start in starts)
 
 
 def test_outside_a_pipeline_nothing_is_leased():

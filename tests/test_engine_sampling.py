@@ -2,7 +2,7 @@
 
 import torch
 
-from rollout.engine.generation import draw, sample
+from rollout.engine.sampling import draw, sample
 from rollout.protocol import SamplingParams
 
 

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from infra.store import open_store
 from model.moe_balance import BIAS, RouterLoad, load_figures, routers
+from model.mtp import main_layers
 from model.presets import build_model
 from stages.common.config import ComputeSettings
 from stages.common.training_engine import AUTO_EXPERTS_KERNEL, adapt_model
@@ -18,7 +19,7 @@ def test_the_load_counts_routed_tokens_of_training_forwards_only(tokenizer):
     model = build_model("glm5-tiny", tokenizer, seed=0)
     load = RouterLoad(model)
     layers, top_k = len(load.routers), model.config.num_experts_per_tok
-    assert layers == sum(1 for layer in model.model.layers if hasattr(layer.mlp, "gate")) > 0
+    assert layers == sum(1 for layer in main_layers(model.model) if hasattr(layer.mlp, "gate")) > 0
     ids = torch.randint(3, 100, (3, 12))
     mask = torch.ones_like(ids)
     mask[0, 7:] = 0  # 5 padding positions

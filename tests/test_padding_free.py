@@ -55,7 +55,7 @@ def test_the_loss_and_every_gradient_are_the_padded_computation_s(tokenizer, att
             each.activation_checkpointing_enable({"use_reentrant": False})
     expected = padded_loss(reference, batch)
     expected.backward()
-    loss, _ = objective(batch.input_ids, batch.attention_mask, batch.loss_mask)
+    loss, _, _ = objective(batch.input_ids, batch.attention_mask, batch.loss_mask)
     loss.backward()
     assert torch.allclose(loss, expected, atol=1e-6)
     want, got = gradients(reference), gradients(model)

@@ -104,6 +104,10 @@ def test_on_policy_steps_push_weights_and_commit_with_the_reward_modules_in_line
     routers = [name for name in before if name.endswith(".mlp.gate.weight")]
     assert routers and all(torch.equal(before[name], after[name]) for name in routers)
     assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+    # The MTP layer kept up with the policy on the same samples (its own loss, `mtp.train` by default).
+    assert all(step["mtp_loss"] > 0 for step in steps)
+    assert not torch.equal(before["model.layers.3.eh_proj.weight"], after["model.layers.3.eh_proj.weight"])
+    assert lineage["mtp"] == {"layers": 1, "trained": True, "depths": 3}
 
     # Every trained sample is on record, one shard per step, and the record is true.
     shards = recorded_shards(committed)

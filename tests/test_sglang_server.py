@@ -47,7 +47,7 @@ def test_the_source_declares_the_flags_the_check_reads():
     (EngineSettings(backend="sglang"), "auto", None),
     (EngineSettings(backend="sglang", tp_size=4, dp_size=2, mem_fraction_static=0.8, deterministic=False), "bf16",
      "a-token"),
-    (EngineSettings(backend="sglang", replicas=2), "fp32", ""),
+    (EngineSettings(backend="sglang", replicas=2, speculative_steps=3), "fp32", ""),
 ])
 def test_the_server_s_command_line_is_one_sglang_accepts(settings, precision, key):
     args = server_args(settings, "/checkpoints/rl", seed=7, precision=precision, key=key)
@@ -63,6 +63,11 @@ def test_the_server_s_command_line_is_one_sglang_accepts(settings, precision, ke
                                                    else str(settings.mem_fraction_static))
     assert parsed.get("--api-key") == (key or None)
     assert parsed["--dsa-topk-backend"] == "flashinfer"  # the top-k that takes a tie-break (below)
+    # The MTP layer drafts: one chain of `speculative_steps` tokens, verified with the token before them.
+    steps = settings.speculative_steps
+    assert (parsed.get("--speculative-algorithm"), parsed.get("--speculative-num-steps"),
+            parsed.get("--speculative-eagle-topk"), parsed.get("--speculative-num-draft-tokens")) == (
+        ("EAGLE", str(steps), "1", str(steps + 1)) if steps else (None, None, None, None))
 
 
 def test_a_flag_sglang_does_not_define_fails_the_check():

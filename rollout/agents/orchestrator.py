@@ -58,6 +58,8 @@ class RolloutResult:
     turns: int = 0
     replicas: list[str] = field(default_factory=list)  # the engine replica of each turn
     credit: float | None = None  # the task's partial credit (tasks that grade progress), None without a verdict
+    speculated_tokens: int = 0  # tokens decoded speculatively over its turns, and the verification steps they took
+    verify_steps: int = 0
 
 
 class EnvironmentFailure(RuntimeError):
@@ -94,7 +96,8 @@ class Orchestrator:
             await self.registry.release(spec.task)
         rows = [self._row(spec, index, segment, reward, status, started, timing)
                 for index, segment in enumerate(builder.segments)]
-        return RolloutResult(spec, rows, reward, status, failure, builder.weight_versions, builder.turns, replicas, credit)
+        return RolloutResult(spec, rows, reward, status, failure, builder.weight_versions, builder.turns, replicas, credit,
+                             builder.speculated_tokens, builder.verify_steps)
 
     async def _episode(self, spec: RolloutSpec, builder: TrajectoryBuilder, timing: dict
                        ) -> tuple[str, float, float | None]:

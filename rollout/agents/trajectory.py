@@ -47,6 +47,9 @@ class Segment:
 class TrajectoryBuilder:
     segments: list[Segment] = field(default_factory=list)
     turns: int = 0
+    # Over the turns an engine decoded speculatively: their tokens and its verification steps.
+    speculated_tokens: int = 0
+    verify_steps: int = 0
 
     def routed_from(self, prompt_ids: list[int]) -> int:
         """The first position whose routed experts the turn after `prompt_ids` should ask for: 0 where the turn
@@ -63,6 +66,9 @@ class TrajectoryBuilder:
         """Record the turn the engine generated after `prompt_ids` (with its routed experts from
         `routed_from(prompt_ids)` on, where it returned them)."""
         self.turns += 1
+        if sample.spec_verify_ct:
+            self.speculated_tokens += len(sample.output_ids)
+            self.verify_steps += sample.spec_verify_ct
         current = self.segments[-1] if self.segments else None
         so_far = current.sequence() if current else None
         if current is not None and self._continues(current, prompt_ids):

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from model.dsa import stable_topk
 from model.dsa_gather import SPARSE_GATHER
+from model.mtp import main_layers
 
 # A decoding step computes every expert on every token, where there are at most this many times as many experts as
 # a token is routed to, rather than each token's own: on glm5-tiny (4 experts, 2 per token) a layer's experts took
@@ -153,7 +154,7 @@ class DecodeStep:
     @torch.no_grad()
     def refresh(self) -> None:
         """Fold the weights the model holds now: after loading and after every weight update."""
-        self.layers = [fold_attention(layer.self_attn) for layer in self.trunk.layers]
+        self.layers = [fold_attention(layer.self_attn) for layer in main_layers(self.trunk)]
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache, visible: torch.Tensor) -> torch.Tensor:
         trunk = self.trunk
@@ -165,7 +166,7 @@ class DecodeStep:
         turning = None if index is None else (F.pad(cos, (0, index.width - cos.shape[-1]), value=1.0),
                                               F.pad(sin, (0, index.width - sin.shape[-1])))
         selected = None  # every key; a "shared" indexer layer reuses the selection of the layer before it
-        for layer_idx, (layer, folded) in enumerate(zip(trunk.layers, self.layers, strict=True)):
+        for layer_idx, (layer, folded) in enumerate(zip(main_layers(trunk), self.layers, strict=True)):
             attended, selected = self.attend(folded, layer.self_attn, rms(hidden, layer.input_layernorm), cos, sin,
                                              turning, cache, layer_idx, masked, selected)
             hidden = hidden + attended

@@ -24,7 +24,9 @@ from model.precision import Precision
 from model.presets import load_model
 from model.routing import RoutingCapture, moe_layers
 from rollout.engine.decode_step import DecodeStep, covers
-from rollout.protocol import GREEDY_BELOW, FinishReason, SamplingParams, UniformBatch
+from rollout.engine.sampling import sample
+from rollout.engine.speculative import Rows, SpeculativeDecoder
+from rollout.protocol import FinishReason, UniformBatch
 
 
 class PromptError(ValueError):
@@ -44,14 +46,18 @@ class Completion:
     prompt_logprobs: list[float | None] | None = None
     # [positions run, num_hidden_layers, top_k] int32 (model/routing.py), when the request asked for them.
     routed_experts: np.ndarray | None = None
+    # Speculative decoding's counts (SGLang's meta_info names): verification steps, drafts proposed and accepted.
+    spec_verify_ct: int | None = None
+    spec_num_proposed_drafts: int | None = None
+    spec_num_correct_drafts: int | None = None
 
 
 class Engine:
     """One model serving generate requests one batch at a time; weights can be swapped between them."""
 
     def __init__(self, checkpoint_dir: str | Path, *, seed: int = 0, weight_version: str = "0",
-                 max_context: int | None = None, precision: Precision = "auto"):
-        self.seed = seed
+                 max_context: int | None = None, precision: Precision = "auto", speculative_steps: int = 0):
+        self.seed, self.speculative_steps = seed, speculative_steps
         # On this process's GPU when there is one, else the CPU; in bf16 or fp32 as the trainer computes.
         self.device, self.dtype = inference_device(), torch_dtype(precision)
         self._requests = 0
@@ -71,6 +77,8 @@ class Engine:
         self.routing, self.moe_layers = RoutingCapture(model), moe_layers(model)
         # Decoding steps run the engine's own step (rollout/engine/decode_step.py) where it covers the model.
         self.decode_step = DecodeStep(model) if covers(model) else None
+        # With `speculative_steps`, the model's MTP layer drafts that many tokens per step (rollout/engine/speculative.py).
+        self.speculative = SpeculativeDecoder(model, self.speculative_steps) if self.speculative_steps else None
 
     def update_weights(self, checkpoint_dir: str | Path, weight_version: str | None = None) -> str:
         """Serve another checkpoint of the same architecture; returns the new weight version."""
@@ -119,6 +127,9 @@ class Engine:
             return completions, self.weight_version
 
     def _generate(self, batch: UniformBatch, generator: torch.Generator) -> list[Completion]:
+        # A batch that asks for its routed experts decodes a token at a time: they are captured per decoding step.
+        if self.speculative is not None and not (batch.return_routed_experts and self.moe_layers):
+            return self._generate_speculative(batch, generator)
         prompts, params = batch.prompts, batch.sampling
         ids, mask = (tensor.to(self.device) for tensor in left_padded(prompts, self.pad_id))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -176,6 +187,22 @@ class Engine:
         ]
 
 
+    def _generate_speculative(self, batch: UniformBatch, generator: torch.Generator) -> list[Completion]:
+        prompts, params = batch.prompts, batch.sampling
+        ids, mask = (tensor.to(self.device) for tensor in left_padded(prompts, self.pad_id))
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        want_prompt = batch.wants_prompt_logprobs()
+        stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
+        rows = Rows([min(params.max_new_tokens, self.max_context - len(p)) for p in prompts], stops)
+        logits = self.speculative.decode(ids, mask, positions, params, generator, rows, all_logits=want_prompt)
+        prompt_logprobs = _prompt_logprobs(logits, ids, prompts, batch.logprob_start_len) if want_prompt else None
+        return [
+            Completion(rows.outputs[i], rows.logprobs[i], rows.finish[i],
+                       None if prompt_logprobs is None else prompt_logprobs[i], None,
+                       rows.verify_steps[i], rows.drafted[i], rows.accepted[i])
+            for i in range(len(prompts))
+        ]
+
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache, visible: torch.Tensor) -> torch.Tensor:
         """The next-token logits [B, V] after one token per row, its keys appended to `cache`."""
         if self.decode_step is not None:
@@ -209,7 +236,7 @@ class RoutedPositions:
         does not route), from `start` on. A row that finished still ran its last token in the step that
         finished it; that position is cut as SGLang never runs it."""
         chosen = torch.cat(self.rows[row])[:len(self.prompts[row]) + completion_tokens - 1]
-        layers = len(self.engine.model.get_decoder().layers)
+        layers = self.engine.model.config.num_hidden_layers
         full = np.zeros((chosen.shape[0], layers, chosen.shape[-1]), dtype=np.int32)
         full[:, self.engine.moe_layers] = chosen.numpy()
         return full[min(start, len(full)):]
@@ -224,44 +251,6 @@ def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, to
         ids[row, width - len(prompt):] = torch.tensor(prompt)
         mask[row, width - len(prompt):] = 1
     return ids, mask
-
-
-def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row and its logprob under softmax(logits / temperature), drawn after SGLang's
-    truncations: top-k, then top-p, then min-p."""
-    if params.temperature < GREEDY_BELOW:
-        logprobs = torch.log_softmax(logits, dim=-1)
-        tokens = logprobs.argmax(dim=-1)
-        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-    logprobs = torch.log_softmax(logits / params.temperature, dim=-1)
-    probs = logprobs.exp()
-    if not params.keeps_all_tokens() and params.top_k < probs.shape[-1]:
-        kth = probs.topk(params.top_k, dim=-1).values[:, -1:]
-        probs = probs.masked_fill(probs < kth, 0.0)
-        probs = probs / probs.sum(dim=-1, keepdim=True)  # top-p reads the mass of what top-k kept
-    if params.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        # Keep the smallest prefix whose mass reaches top_p: a token stays if the mass before it is short of it.
-        keep_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) < params.top_p
-        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-        probs = probs.masked_fill(~keep, 0.0)
-    if params.min_p > 0:
-        probs = probs.masked_fill(probs < params.min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
-    tokens = draw(probs, generator)
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-
-
-def draw(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One index per row, with probability proportional to the row's non-negative weights.
-
-    Inverse-CDF sampling: one uniform number per row. torch.multinomial draws an exponential number
-    per vocabulary entry instead, which took a quarter of the engine's decode time on CPU.
-    """
-    cdf = weights.double().cumsum(dim=-1)
-    # Drawn on the CPU generator whatever the device: the same seed gives the same tokens anywhere.
-    targets = torch.rand((weights.shape[0], 1), generator=generator, dtype=torch.float64).to(cdf.device) * cdf[:, -1:]
-    # right=True picks the first entry whose cumulative weight exceeds the target: never a zero weight.
-    return torch.searchsorted(cdf, targets, right=True).squeeze(-1).clamp(max=weights.shape[-1] - 1)
 
 
 def _prompt_logprobs(logits: torch.Tensor, ids: torch.Tensor, prompts: list[list[int]], start: int) -> list[list[float | None]]:

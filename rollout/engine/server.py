@@ -84,6 +84,11 @@ def generate_output(prompt: list[int], completion: Completion, batch: UniformBat
         meta.input_token_logprobs = [(lp, t, None) for lp, t in zip(completion.prompt_logprobs, prompt[start:], strict=True)]
     if completion.routed_experts is not None:
         meta.routed_experts = encode_routed(completion.routed_experts)
+    if completion.spec_verify_ct:
+        meta.spec_verify_ct = completion.spec_verify_ct
+        meta.spec_accept_length = len(completion.output_ids) / completion.spec_verify_ct
+        meta.spec_num_proposed_drafts = completion.spec_num_proposed_drafts
+        meta.spec_num_correct_drafts = completion.spec_num_correct_drafts
     wire = GenerateOutput(output_ids=completion.output_ids, meta_info=meta).model_dump(exclude_none=True)
     wire["meta_info"]["finish_reason"] = completion.finish_reason.wire()
     return wire
@@ -242,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="/generate requests queued or generating at once")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads the engine computes with (default: torch's, one per core)")
+    parser.add_argument("--speculative-num-steps", type=int, default=0,
+                        help="draft tokens per decoding step from the checkpoint's MTP layer (SGLang's flag; 0: off)")
     parser.add_argument("--weight-group-join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
                         help="how long /init_weights_update_group waits for the trainer's group to form")
     args = parser.parse_args(argv)
@@ -259,7 +266,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed, precision=args.precision)
+        engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed, precision=args.precision,
+                        speculative_steps=args.speculative_num_steps)
         limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens,
                                max_in_flight=args.max_in_flight)
         runner = MainThreadRunner()

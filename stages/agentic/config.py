@@ -14,6 +14,7 @@ from stages.common.config import (
     ComputeSettings,
     DifficultySettings,
     DynamicSamplingSettings,
+    MtpSettings,
     OptimizerSettings,
     RolloutRecordSettings,
     RouterBalancing,
@@ -35,6 +36,7 @@ class AgenticRecipe(BaseModel):
     max_steps: int = Field(20, ge=1, description="optimizer steps")
     optimizer: OptimizerSettings = nested(OptimizerSettings(lr=5e-5, warmup_steps=2))
     compute: ComputeSettings = nested(ComputeSettings())
+    mtp: MtpSettings = nested(MtpSettings())
     router_balancing: RouterBalancing = nested(RouterBalancing(enabled=False), "MoE load balancing by the routers' "
                                                "biases: off in RL by default, as peers keep the router as SFT left it")
     routing_replay: bool = Field(False, description="train each token through the experts the engine routed it to "

@@ -25,8 +25,14 @@ def step_metrics(step: int, trained: PolicyStep, lr: float, rewards: torch.Tenso
         "samples_per_trained_sample": drawn.taken / len(drawn.groups), **trained.stats, **health,
         "weight_version": version, "trained_tokens": batch.response_tokens,
         "train_s": train_s, "push_s": push_s, "peak_memory_mb": peak_memory_mb(),
-        "samples_per_s": samples_per_s, "replicas": replicas,
+        "samples_per_s": samples_per_s, "replicas": replicas, **speculation(drawn.groups),
     }
+
+
+def speculation(groups: list) -> dict[str, float]:
+    """Speculative decoding's tokens per verification step over the groups' turns, where engines speculated."""
+    steps = sum(r.verify_steps for results in groups for r in results)
+    return {"spec_accept_length": sum(r.speculated_tokens for results in groups for r in results) / steps} if steps else {}
 
 
 def success_by_task(groups: list) -> dict[str, float]:

@@ -31,6 +31,7 @@ from stages.common.checkpointer import StageCheckpointer
 from stages.common.difficulty import PassRates, difficulty_metrics, observe_everywhere, pass_rates_for
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split
+from stages.common.mtp_training import mtp_training
 from stages.common.policy import (
     engine_threads,
     push_weights,
@@ -62,6 +63,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     # its rollouts have turns.
     shape = step_shape(config.groups_per_step * config.group_size * dist.world_size, dist.world_size,
                        config.compute.micro_batch_size, "groups_per_step × group_size")
+    mtp = mtp_training(model, config.mtp, config.optimizer)
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
     pass_rates = pass_rates_for(config.difficulty, config.group_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, record=config.record,
@@ -100,7 +102,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
                 trained = policy_step(
                     engine, batch, config.compute.micro_batch_size, config.sampling.temperature, finite, step + 1,
                     importance_loss_of(advantages, config.objective),
-                    mean_over="tokens", routing=replayed, replay=config.routing_replay)
+                    mean_over="tokens", routing=replayed, replay=config.routing_replay, mtp=mtp)
                 expert_load = balance.after_step(last=step + 1 == config.max_steps)
                 samples = agentic_rows(config.stage_name, step + 1, groups, drawn.rewards, rollout_advantages,
                                        trained.logp_old, importance_mask(trained.logp_old, batch.logp_infer,

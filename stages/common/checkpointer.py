@@ -22,6 +22,7 @@ from typing import Protocol
 from data_contracts.lineage import (
     DataInput,
     Lineage,
+    MtpRecord,
     PrefectRunRef,
     RewardModuleRef,
     config_digest,
@@ -36,6 +37,7 @@ from stages.common.distributed import barrier
 from stages.common.finite import check_finite_parameters
 from stages.common.hf_weights import save_hf
 from stages.common.inputs import StageInputs
+from stages.common.mtp_training import mtp_record
 from stages.common.rollout_record import RolloutRecord
 
 # Wall-clock measurements (seconds, rates: every key ending in `_s`), how requests happened to spread over
@@ -112,6 +114,7 @@ def stage_lineage(
     *, name: str, config: dict, seed: int, init: CommittedArtifact, inputs: list[DataInput], provenance: Provenance,
     teachers: list[CommittedArtifact] = (), reward_modules: list[RewardModuleRef] = (),
     reward_models: list[CommittedArtifact] = (), eval_summary: dict[str, float] | None = None,
+    mtp: MtpRecord | None = None,
 ) -> Lineage:
     prefect = None
     if provenance.flow_run_id or provenance.deployment_id:
@@ -124,6 +127,7 @@ def stage_lineage(
         inputs=inputs, code=current_code_version(), config=config, config_sha256=config_digest(config),
         reward_modules=list(reward_modules), libraries=library_versions(), seed=seed, prefect=prefect,
         job=os.environ.get(JOB_ID_ENV), triggered_by=provenance.triggered_by, wandb_run=provenance.wandb_run, eval_summary=eval_summary or {},
+        mtp=mtp,
     )
 
 
@@ -231,5 +235,5 @@ class StageCheckpointer:
             inputs=[*(data_input(dataset, None, published_contract(dataset)) for dataset in stage.datasets), *rollouts],
             provenance=config.provenance, reward_modules=self.reward_refs,
             reward_models=reward_model_checkpoints(self.reward_refs, stage.store), teachers=self.teachers,
-            eval_summary=eval_summary(self.history),
+            eval_summary=eval_summary(self.history), mtp=mtp_record(self.model, getattr(config, "mtp", None)),
         )

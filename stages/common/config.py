@@ -149,6 +149,17 @@ class RouterBalancing(BaseModel):
     rate: float = Field(1e-3, gt=0, le=1, description="γ, the bias step per optimizer step (DeepSeek-V3: 0.001)")
 
 
+class MtpSettings(BaseModel):
+    """GLM-5's multi-token prediction layer, where the checkpoint carries one (model/mtp.py): trained on the stage's
+    samples with its own loss (one layer applied at depths 1..`depths`), or frozen. It trains on the model's hidden
+    states detached: its loss moves no weight of the model's own."""
+
+    model_config = STRICT
+    train: bool = Field(True, description="train the MTP layer on this stage's samples; off: frozen, saved as loaded")
+    depths: int = Field(3, ge=1, le=8, description="depths its one layer is trained at (GLM-5: 3)")
+    loss_weight: float = Field(0.3, gt=0, le=10, description="its loss's weight beside the stage's own")
+
+
 class SamplingSettings(BaseModel):
     """How the policy samples its training responses."""
 

@@ -20,6 +20,7 @@ from rollout.weight_push import Broadcast, FleetWeightGroup, FromDisk, WeightDel
 from stages.common.config import ComputeSettings, OptimizerSettings
 from stages.common.distributed import Dist, barrier
 from stages.common.hf_weights import gathered, merged_lora_state_dict, save_hf
+from stages.common.mtp_training import trained_apart
 from stages.common.training_engine import StepShape, adapt_model, deepspeed_engine
 
 
@@ -35,7 +36,8 @@ def rl_training_engine(model, settings: OptimizerSettings, compute: ComputeSetti
     freeze_matching(model, frozen)
     adapt_model(model, compute)
     set_dense_attention(model, dense=False)
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    apart = trained_apart(model)  # the MTP layer trains beside the engine (stages/common/mtp_training.py)
+    trainable = [p for p in model.parameters() if p.requires_grad and id(p) not in apart]
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay, betas=(0.9, 0.95))
     warmup = max(settings.warmup_steps, 1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))

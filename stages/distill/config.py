@@ -12,6 +12,7 @@ from rollout.engine_settings import EngineSettings
 from stages.common.agent_tasks import check_tasks
 from stages.common.config import (
     ComputeSettings,
+    MtpSettings,
     OptimizerSettings,
     RolloutRecordSettings,
     RouterBalancing,
@@ -53,6 +54,7 @@ class DistillRecipe(BaseModel):
     max_steps: int = Field(20, ge=1, description="optimizer steps")
     optimizer: OptimizerSettings = nested(OptimizerSettings(lr=2e-5, warmup_steps=2))
     compute: ComputeSettings = nested(ComputeSettings())
+    mtp: MtpSettings = nested(MtpSettings())
     router_balancing: RouterBalancing = nested(RouterBalancing(enabled=False), "MoE load balancing by the routers' "
                                                "biases: off in RL by default, as peers keep the router as SFT left it")
     routing_replay: bool = Field(False, description="train each token through the experts the student's engine "

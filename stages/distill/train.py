@@ -35,6 +35,7 @@ from stages.common.finite import FiniteSteps
 from stages.common.icepop import IcePopSettings
 from stages.common.icepop_loss import grpo_icepop_loss, icepop_in_band
 from stages.common.inputs import StageInputs
+from stages.common.mtp_training import mtp_training
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.rl_batches import TrainBatch, engine_batch
@@ -66,6 +67,7 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
     routing = RoutingLayout.of(model)  # a MoE student's engine returns each position's experts
     replayed = ReplayedRouting(model) if routing is not None else None
     shape = step_shape(config.prompts_per_step, dist.world_size, config.compute.micro_batch_size, "prompts_per_step")
+    mtp = mtp_training(model, config.mtp, config.optimizer)
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, teachers=teachers,
                                      record=config.record)
@@ -96,7 +98,8 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
                 logp_teacher = response_aligned([len(r.prompt_ids) for r in rows], scored, batch.logp_infer.shape[1])
                 trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
                                       finite, step + 1, distill_loss_of(logp_teacher, config.objective),
-                                      mean_over="sequences", routing=replayed, replay=config.routing_replay)
+                                      mean_over="sequences", routing=replayed, replay=config.routing_replay,
+                                      mtp=mtp)
                 expert_load = balance.after_step(last=step + 1 == config.max_steps)
             student.push(step + 1)
 

@@ -32,6 +32,7 @@ from stages.common.finite import FiniteSteps
 from stages.common.icepop import IcePopSettings
 from stages.common.icepop_loss import group_advantages, grpo_icepop_loss, icepop_in_band
 from stages.common.inputs import StageInputs
+from stages.common.mtp_training import mtp_training
 from stages.common.policy import policy_engine, rl_training_engine
 from stages.common.policy_step import LossOf, policy_step
 from stages.common.prompts import RlPrompt
@@ -62,6 +63,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
 
     shape = step_shape(config.prompts_per_step * config.group_size, dist.world_size, config.compute.micro_batch_size,
                        "prompts_per_step × group_size")
+    mtp = mtp_training(model, config.mtp, config.optimizer)
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size, frozen=config.frozen)
     pass_rates = pass_rates_for(config.difficulty, config.group_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, reward_refs=reward_refs,
@@ -98,7 +100,7 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
                 loss_of = grpo_loss_of(advantages, is_anchor_member, config.objective, anchors if anchors_on else None)
                 trained = policy_step(engine, batch, config.compute.micro_batch_size, config.sampling.temperature,
                                       finite, step + 1, loss_of, mean_over="sequences", routing=replayed,
-                                      replay=config.routing_replay, share_prompts=share_prompts)
+                                      replay=config.routing_replay, share_prompts=share_prompts, mtp=mtp)
                 expert_load = balance.after_step(last=step + 1 == config.max_steps)
             # The tokens IcePop kept, on record: the gate compares the trainer's θ_old with what sampled each token.
             in_band = icepop_in_band(trained.logp_old, behaviour_logprobs(batch.logp_infer, trained.logp_old,

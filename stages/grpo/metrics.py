@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from rollout.client import Sample
+from rollout.client import Sample, accept_length
 from rollout.engines import EngineFleet
 from stages.common.distributed import Dist, all_mean
 from stages.common.icepop_loss import zero_signal_groups
@@ -61,7 +61,9 @@ def sample_metrics(samples: list[Sample], anchors: torch.Tensor, batch: TrainBat
     """Lengths, truncation and throughput of the trained samples (anchor members counted apart)."""
     policy = [s for s, anchor in zip(samples, anchors.tolist(), strict=True) if not anchor]
     lengths = [len(s.output_ids) for s in policy]
+    accepted = accept_length(policy)
     return {
+        **({} if accepted is None else {"spec_accept_length": all_mean(accepted)}),
         "response_length": all_mean(sum(lengths) / len(lengths)),
         "trained_tokens": int(all_mean(batch.response_tokens) * dist.world_size),
         "truncated_fraction": all_mean(sum(s.finish_reason == "length" for s in policy) / len(policy)),

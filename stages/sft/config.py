@@ -6,7 +6,14 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, Field, WithJsonSchema, model_validator
 
-from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings, RouterBalancing, StageIO
+from stages.common.config import (
+    ComputeSettings,
+    HeldoutSettings,
+    MtpSettings,
+    OptimizerSettings,
+    RouterBalancing,
+    StageIO,
+)
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, nested
 
 ThinkingMode = Literal["interleaved", "preserved", "off"]
@@ -51,6 +58,7 @@ class SftRecipe(BaseModel):
     heldout: HeldoutSettings = Field(HeldoutSettings(every=100, samples=128), description="held-out loss while training")
     checkpoint_every: int = Field(100, ge=1, description="Commit resume state every this many steps.")
     dsa: DsaSchedule = nested(DsaSchedule())
+    mtp: MtpSettings = nested(MtpSettings())
 
     _stage_defaults = STAGE_DEFAULTS
     _warmup_within_steps = WARMUP_WITHIN_STEPS

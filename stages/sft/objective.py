@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from model.padding_free import padding_free_feed_forward
+from stages.common.mtp_training import MtpTraining
 
 
 def trained_positions(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,19 +37,25 @@ class SftObjective(torch.nn.Module):
     for prompt and padding positions only to mask them out cost a fifth of an SFT step. The feed-forward's
     share of padding cost another eighth. Wrapping the model keeps DeepSpeed's forward hooks in play (the
     engine calls this module, not its parts).
+
+    With `mtp` (a model carrying GLM-5's MTP layer, trained), the MTP loss of the same tokens from the same hidden
+    states (model/mtp.py), on request: stages/sft/step.py trains the layer with it, apart from the model.
     """
 
-    def __init__(self, causal_lm: torch.nn.Module):
+    def __init__(self, causal_lm: torch.nn.Module, mtp: MtpTraining | None = None):
         super().__init__()
-        self.causal_lm = causal_lm
+        self.causal_lm, self.mtp = causal_lm, mtp
         padding_free_feed_forward(causal_lm)
 
-    def forward(self, input_ids, attention_mask, loss_mask, output_attentions: bool = False):
-        """(SFT loss, per-layer attention probabilities or None)."""
+    def forward(self, input_ids, attention_mask, loss_mask, output_attentions: bool = False, with_mtp: bool = False):
+        """(SFT loss, per-layer attention probabilities or None, the MTP loss or None)."""
         trunk = self.causal_lm.model(
             input_ids=input_ids, attention_mask=attention_mask, output_attentions=output_attentions, use_cache=False
         )
         samples, positions = trained_positions(loss_mask)
         logits = self.causal_lm.lm_head(trunk.last_hidden_state[samples, positions])
         loss = sft_loss(logits, input_ids[samples, positions + 1], samples, input_ids.shape[0])
-        return loss, trunk.attentions
+        mtp = None
+        if with_mtp and self.mtp is not None:
+            mtp = self.mtp.loss(self.causal_lm, input_ids, attention_mask, loss_mask, trunk.last_hidden_state)
+        return loss, trunk.attentions, mtp

@@ -17,6 +17,7 @@ from stages.common.checkpointer import StageCheckpointer
 from stages.common.distributed import Dist, all_mean
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split
+from stages.common.mtp_training import MtpTraining, mtp_training, trained_apart
 from stages.common.router_balance import RouterBalance
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
@@ -45,8 +46,9 @@ def train(config: SftConfig, stage: StageInputs) -> str:
                 modes=samples.modes, heldout_samples=len(heldout_samples))
 
     shape = step_shape(config.global_batch_size, dist.world_size, config.compute.micro_batch_size, "global_batch_size")
+    mtp = mtp_training(model, config.mtp, config.optimizer)
     adapt_model(model, config.compute)
-    engine = build_engine(model, config, schedule, shape, dist.world_size)
+    engine = build_engine(model, config, schedule, shape, dist.world_size, mtp)
     checkpointer = StageCheckpointer(config, stage, engine, model, tokenizer)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
@@ -61,7 +63,7 @@ def train(config: SftConfig, stage: StageInputs) -> str:
         step_samples = batches.for_step(step, dist.rank, dist.world_size)
         with timed() as training:
             losses = train_step(engine, step_samples, pad_id, shape.micro, phase, schedule.indexer_loss_weight, finite,
-                                step + 1)
+                                step + 1, mtp)
         record = step_metrics(step + 1, phase, losses, engine, step_samples, training.seconds, dist)
         record |= balance.after_step(last=step + 1 == config.max_steps)
         if (step + 1) % config.heldout.every == 0 or step + 1 == config.max_steps:
@@ -71,7 +73,8 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     return checkpointer.finish()
 
 
-def build_engine(model, config: SftConfig, schedule: DsaSchedule, shape: StepShape, world_size: int):
+def build_engine(model, config: SftConfig, schedule: DsaSchedule, shape: StepShape, world_size: int,
+                 mtp: MtpTraining | None = None):
     """A DeepSpeed engine training `model` (a causal LM) through an SftObjective, on `schedule`'s DSA phases.
     The indexer trains in SFT even where LoRA freezes the model's own weights."""
     settings = config.optimizer
@@ -79,7 +82,8 @@ def build_engine(model, config: SftConfig, schedule: DsaSchedule, shape: StepSha
     for parameter in model.parameters():
         if id(parameter) in indexer_params:
             parameter.requires_grad_(True)
-    groups = [{"params": [p for p in model.parameters() if id(p) not in indexer_params and p.requires_grad],
+    apart = indexer_params | trained_apart(model)
+    groups = [{"params": [p for p in model.parameters() if id(p) not in apart and p.requires_grad],
                "lr": settings.lr}]
     lambdas = [lambda step: main_lr_multiplier(step, config.max_steps, settings.warmup_steps, config.min_lr_ratio, schedule)]
     if indexer_params:  # the indexer learns at its own constant rate; a model without one has no such group
@@ -87,7 +91,7 @@ def build_engine(model, config: SftConfig, schedule: DsaSchedule, shape: StepSha
         lambdas.append(lambda step: 1.0)
     optimizer = torch.optim.AdamW(groups, weight_decay=settings.weight_decay, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
-    return deepspeed_engine(SftObjective(model), optimizer, scheduler, shape, world_size, settings, config.compute)
+    return deepspeed_engine(SftObjective(model, mtp), optimizer, scheduler, shape, world_size, settings, config.compute)
 
 
 def step_metrics(step: int, phase: str, losses: dict, engine, samples: list[TokenizedSample], seconds: float,
@@ -98,6 +102,7 @@ def step_metrics(step: int, phase: str, losses: dict, engine, samples: list[Toke
     return {
         "step": step, "phase": phase,
         "loss": all_mean(losses["lm"]), "indexer_loss": all_mean(losses["indexer"]),
+        **({"mtp_loss": all_mean(losses["mtp"])} if "mtp" in losses else {}),
         "lr": engine.get_lr()[0], "trained_tokens": int(all_mean(trained) * dist.world_size),
         "tokens_per_s": all_mean(tokens / seconds) * dist.world_size, "peak_memory_mb": all_mean(peak_memory_mb()),
     }

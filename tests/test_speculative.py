@@ -1,0 +1,103 @@
+"""Speculative decoding with the MTP layer's drafts (rollout/engine/speculative.py): greedy output token for token the
+model's own, sampled output distributed as plain sampling's, the model's logprobs returned, acceptance counted."""
+
+import pytest
+import torch
+from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+
+from model.dsa import set_dense_attention
+from model.mtp import attach_mtp
+from model.presets import PRESETS, load_model
+from rollout.engine.generation import Engine
+from rollout.engine.sampling import sampling_distribution
+from rollout.protocol import SamplingParams, UniformBatch
+
+VOCAB = 8  # small enough that the draft's guesses often stand and often fall
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """glm5-tiny's shape over an 8-token vocabulary, with its MTP layer; nothing stops it (no EOS)."""
+    directory = tmp_path_factory.mktemp("small-vocabulary")
+    config = GlmMoeDsaConfig(**PRESETS["glm5-tiny"], vocab_size=VOCAB, pad_token_id=0, eos_token_id=[],
+                             bos_token_id=None, tie_word_embeddings=False, routed_scaling_factor=1.0,
+                             max_position_embeddings=512)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GlmMoeDsaForCausalLM(config)
+        attach_mtp(model)
+        with torch.no_grad():  # sharper than an untrained model's near-uniform next-token distributions
+            model.lm_head.weight.mul_(30.0)
+    model.save_pretrained(directory)
+    return directory
+
+
+def prompts(lengths, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, VOCAB, (n,), generator=generator).tolist() for n in lengths]
+
+
+def test_greedy_output_is_the_model_s_own_token_for_token(checkpoint):
+    plain, speculative = Engine(checkpoint), Engine(checkpoint, speculative_steps=3)
+    # Two prompts past the DSA top-k (48 keys) from the start, one reaching it while decoding, one short.
+    batch = UniformBatch(prompts((56, 23, 70, 5)), SamplingParams(temperature=0.0, max_new_tokens=40),
+                         return_logprob=True)
+    expected, _ = plain.generate(batch)
+    got, _ = speculative.generate(batch)
+    for want, have in zip(expected, got, strict=True):
+        assert have.output_ids == want.output_ids and have.finish_reason == want.finish_reason
+        assert have.output_logprobs == pytest.approx(want.output_logprobs, abs=1e-5)
+        assert want.spec_verify_ct is None and have.spec_num_proposed_drafts == 3 * have.spec_verify_ct
+    # Drafts stood (fewer verification steps than tokens after the first) and drafts fell: both branches ran.
+    assert 0 < sum(c.spec_num_correct_drafts for c in got) < sum(c.spec_num_proposed_drafts for c in got)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0, max_new_tokens=3),
+                                    SamplingParams(temperature=0.7, top_k=5, max_new_tokens=3)],
+                         ids=["plain", "top-k"])
+def test_sampled_tokens_are_distributed_as_the_model_samples_them(checkpoint, params):
+    """The third token's marginal over 4,000 draws against its exact distribution Σ p(t1) p(t2|t1) p(t3|t1 t2)
+    (the model's, after the same truncation), by a chi-square test; the rule's accepted and rejected drafts both
+    occur."""
+    prompt = prompts((30,), seed=1)[0]
+    engine = Engine(checkpoint, seed=5, speculative_steps=2)
+    draws, steps = 4000, 0
+    counts = torch.zeros(VOCAB)
+    for start in range(0, draws, 500):
+        completions, _ = engine.generate(UniformBatch([prompt] * 500, params, return_logprob=True))
+        for completion in completions:
+            counts[completion.output_ids[2]] += 1
+            steps += completion.spec_verify_ct
+    # The first token comes from the prefill; one step gives the other two where a draft stands, two where none do.
+    assert draws < steps < 2 * draws
+    exact = exact_third_token(checkpoint, prompt, params)
+    expected = exact * draws
+    seen = expected > 0
+    assert counts[~seen].sum() == 0  # nothing outside the truncation
+    chi_square = float(((counts[seen] - expected[seen]) ** 2 / expected[seen]).sum())
+    assert chi_square < 24.3  # 7 degrees of freedom at most, p = 0.001
+
+
+def exact_third_token(checkpoint, prompt, params) -> torch.Tensor:
+    model = load_model(checkpoint).eval()
+    set_dense_attention(model, dense=False)
+
+    def next_distribution(prefixes):
+        with torch.no_grad():
+            logits = model(torch.tensor(prefixes)).logits[:, -1].float()
+        probs, _ = sampling_distribution(logits, params)
+        return probs / probs.sum(dim=-1, keepdim=True)
+
+    first = next_distribution([prompt])[0]
+    pairs = [(a, b) for a in range(VOCAB) for b in range(VOCAB)]
+    second = next_distribution([prompt + [a] for a in range(VOCAB)])  # [t1, t2]
+    third = next_distribution([prompt + [a, b] for a, b in pairs]).view(VOCAB, VOCAB, VOCAB)
+    return torch.einsum("a,ab,abc->c", first, second, third)
+
+
+def test_a_checkpoint_without_an_mtp_layer_cannot_speculate_and_says_so(tokenizer, tmp_path):
+    config = GlmMoeDsaConfig(**(PRESETS["glm5-tiny"] | {"num_nextn_predict_layers": 0}), vocab_size=VOCAB,
+                             pad_token_id=0, eos_token_id=[], tie_word_embeddings=False)
+    GlmMoeDsaForCausalLM(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="MTP layer"):
+        Engine(tmp_path, speculative_steps=2)
