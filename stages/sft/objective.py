@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 
 from model.padding_free import padding_free_feed_forward
-from stages.common.mtp_training import MtpTraining
 
 
 def trained_positions(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,24 +37,23 @@ class SftObjective(torch.nn.Module):
     share of padding cost another eighth. Wrapping the model keeps DeepSpeed's forward hooks in play (the
     engine calls this module, not its parts).
 
-    With `mtp` (a model carrying GLM-5's MTP layer, trained), the MTP loss of the same tokens from the same hidden
-    states (model/mtp.py), on request: stages/sft/step.py trains the layer with it, apart from the model.
+    On request (`with_hidden`) it also returns the trunk's last hidden states, detached: stages/sft/step.py computes
+    the MTP layer's loss from them outside the engine's forward, since DeepSpeed takes every tensor the engine returns
+    as a loss its own backward must run (and the MTP layer trains apart from the model, model/mtp.py).
     """
 
-    def __init__(self, causal_lm: torch.nn.Module, mtp: MtpTraining | None = None):
+    def __init__(self, causal_lm: torch.nn.Module):
         super().__init__()
-        self.causal_lm, self.mtp = causal_lm, mtp
+        self.causal_lm = causal_lm
         padding_free_feed_forward(causal_lm)
 
-    def forward(self, input_ids, attention_mask, loss_mask, output_attentions: bool = False, with_mtp: bool = False):
-        """(SFT loss, per-layer attention probabilities or None, the MTP loss or None)."""
+    def forward(self, input_ids, attention_mask, loss_mask, output_attentions: bool = False, with_hidden: bool = False):
+        """(SFT loss, per-layer attention probabilities or None, the detached last hidden states or None)."""
         trunk = self.causal_lm.model(
             input_ids=input_ids, attention_mask=attention_mask, output_attentions=output_attentions, use_cache=False
         )
         samples, positions = trained_positions(loss_mask)
         logits = self.causal_lm.lm_head(trunk.last_hidden_state[samples, positions])
         loss = sft_loss(logits, input_ids[samples, positions + 1], samples, input_ids.shape[0])
-        mtp = None
-        if with_mtp and self.mtp is not None:
-            mtp = self.mtp.loss(self.causal_lm, input_ids, attention_mask, loss_mask, trunk.last_hidden_state)
-        return loss, trunk.attentions, mtp
+        hidden = trunk.last_hidden_state.detach() if with_hidden else None
+        return loss, trunk.attentions, hidden

@@ -13,13 +13,13 @@ from stages.common.mtp_training import MtpTraining
 from stages.sft.objective import SftObjective
 
 
-def _forward(objective, batch: Batch, with_mtp: bool):
+def _forward(objective, batch: Batch, with_hidden: bool):
     """`objective` is an SftObjective, or the DeepSpeed engine wrapping one."""
     with recording_indexer_scores(objective) as records:
-        lm, attentions, mtp = objective(batch.input_ids, batch.attention_mask, batch.loss_mask, output_attentions=True,
-                                        with_mtp=with_mtp)
+        lm, attentions, hidden = objective(batch.input_ids, batch.attention_mask, batch.loss_mask,
+                                           output_attentions=True, with_hidden=with_hidden)
     indexer = indexer_kl_loss(attentions, records, batch.attention_mask)
-    return lm, indexer, mtp
+    return lm, indexer, hidden
 
 
 # Before DSA is switched on the model trains alone: SDPA, indexer skipped. The warm-up's loss reads eager
@@ -53,17 +53,19 @@ def train_step(engine, samples: list[TokenizedSample], pad_id: int, micro: int, 
         for batch in batches:
             lm_share, query_share = batch.samples_with_targets / targets, int(batch.attention_mask.sum()) / queries
             if phase == "dense":  # DSA not switched on yet: no indexer, no attention probabilities
-                lm, _, mtp_loss = engine(batch.input_ids, batch.attention_mask, batch.loss_mask, with_mtp=with_mtp)
+                lm, _, hidden = engine(batch.input_ids, batch.attention_mask, batch.loss_mask, with_hidden=with_mtp)
                 indexer = torch.zeros((), device=lm.device)
             else:
-                lm, indexer, mtp_loss = _forward(engine, batch, with_mtp)
+                lm, indexer, hidden = _forward(engine, batch, with_mtp)
             step_losses["lm"] += lm.item() * lm_share
             step_losses["indexer"] += indexer.item() * query_share
             indexer_part = indexer_weight * indexer * query_share
             if phase == "indexer_warmup":
                 yield indexer_part
                 continue
-            if mtp_loss is not None:
+            if with_mtp:  # from the trunk's detached hidden states, outside the engine: its backward is not ours
+                mtp_loss = mtp.loss(engine.module.causal_lm, batch.input_ids, batch.attention_mask, batch.loss_mask,
+                                    hidden)
                 step_losses["mtp"] = step_losses.get("mtp", 0.0) + mtp_loss.item() * lm_share
                 mtp.accumulate(mtp_loss * lm_share)
             yield lm * lm_share + indexer_part

@@ -17,7 +17,7 @@ from stages.common.checkpointer import StageCheckpointer
 from stages.common.distributed import Dist, all_mean
 from stages.common.finite import FiniteSteps
 from stages.common.inputs import StageInputs, load_split
-from stages.common.mtp_training import MtpTraining, mtp_training, trained_apart
+from stages.common.mtp_training import mtp_training, trained_apart
 from stages.common.router_balance import RouterBalance
 from stages.common.stage_main import stage_main
 from stages.common.timing import timed
@@ -48,7 +48,7 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     shape = step_shape(config.global_batch_size, dist.world_size, config.compute.micro_batch_size, "global_batch_size")
     mtp = mtp_training(model, config.mtp, config.optimizer)
     adapt_model(model, config.compute)
-    engine = build_engine(model, config, schedule, shape, dist.world_size, mtp)
+    engine = build_engine(model, config, schedule, shape, dist.world_size)
     checkpointer = StageCheckpointer(config, stage, engine, model, tokenizer)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
@@ -73,8 +73,7 @@ def train(config: SftConfig, stage: StageInputs) -> str:
     return checkpointer.finish()
 
 
-def build_engine(model, config: SftConfig, schedule: DsaSchedule, shape: StepShape, world_size: int,
-                 mtp: MtpTraining | None = None):
+def build_engine(model, config: SftConfig, schedule: DsaSchedule, shape: StepShape, world_size: int):
     """A DeepSpeed engine training `model` (a causal LM) through an SftObjective, on `schedule`'s DSA phases.
     The indexer trains in SFT even where LoRA freezes the model's own weights."""
     settings = config.optimizer
@@ -91,7 +90,7 @@ def build_engine(model, config: SftConfig, schedule: DsaSchedule, shape: StepSha
         lambdas.append(lambda step: 1.0)
     optimizer = torch.optim.AdamW(groups, weight_decay=settings.weight_decay, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
-    return deepspeed_engine(SftObjective(model, mtp), optimizer, scheduler, shape, world_size, settings, config.compute)
+    return deepspeed_engine(SftObjective(model), optimizer, scheduler, shape, world_size, settings, config.compute)
 
 
 def step_metrics(step: int, phase: str, losses: dict, engine, samples: list[TokenizedSample], seconds: float,
