@@ -63,7 +63,7 @@ def test_sampled_tokens_are_distributed_as_the_model_samples_them(checkpoint, pa
     engine = Engine(checkpoint, seed=5, speculative_steps=2)
     draws, steps = 4000, 0
     counts = torch.zeros(VOCAB)
-    for start in range(0, draws, 500):
+    for _batch in range(0, draws, 500):
         completions, _ = engine.generate(UniformBatch([prompt] * 500, params, return_logprob=True))
         for completion in completions:
             counts[completion.output_ids[2]] += 1

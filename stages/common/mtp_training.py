@@ -3,9 +3,9 @@
 The layer trains beside the model, not with it: its loss reads the model's hidden states detached, its gradients are
 taken with `torch.autograd.grad` into buffers of its own (never the parameters' `.grad`, which DeepSpeed reduces,
 clips and steps), and after the model's optimizer step its own AdamW steps it (gradients averaged over ranks,
-clipped at the stage's `grad_clip` on their own, at the stage's current learning rate). DeepSpeed's optimizer never
-holds it, and the one gradient-norm clip over the model's weights never sees it: the model trains exactly as it
-would without an MTP layer.
+clipped at the stage's `grad_clip` on their own, at the stage's current learning rate, on fp32 copies of its
+weights). DeepSpeed's optimizer never holds it, and the one gradient-norm clip over the model's weights never sees
+it: the model trains as it would without an MTP layer.
 
 SFT computes the loss from the hidden states its forward already has. An RL step's forward returns logprobs only
 (and computes shared prompts once): its MTP loss runs the model's trunk again without gradient.
@@ -29,8 +29,9 @@ class MtpTraining:
     def __init__(self, layer: torch.nn.Module, settings: MtpSettings, optimizer: OptimizerSettings):
         self.settings, self.grad_clip = settings, optimizer.grad_clip
         self.parameters = [p for p in layer.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.parameters, lr=optimizer.lr, weight_decay=optimizer.weight_decay,
-                                           betas=(0.9, 0.95))
+        self._optimizer_settings = optimizer
+        self.masters: list[torch.Tensor] | None = None  # made at the first step: after a resume has loaded weights
+        self.optimizer: torch.optim.Optimizer | None = None
         self._grads: list[torch.Tensor | None] = [None] * len(self.parameters)
 
     def loss(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -54,19 +55,31 @@ class MtpTraining:
         grads, self._grads = self._grads, [None] * len(self.parameters)
         if all(g is None for g in grads):
             return None
-        for parameter, grad in zip(self.parameters, grads, strict=True):
-            parameter.grad = torch.zeros_like(parameter) if grad is None else grad
+        if self.masters is None:
+            self._make_optimizer()
+        for master, grad in zip(self.masters, grads, strict=True):
+            master.grad = torch.zeros_like(master) if grad is None else grad.float()
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            for parameter in self.parameters:
-                dist.all_reduce(parameter.grad)
-                parameter.grad /= dist.get_world_size()
-        norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip))
+            for master in self.masters:
+                dist.all_reduce(master.grad)
+                master.grad /= dist.get_world_size()
+        norm = float(torch.nn.utils.clip_grad_norm_(self.masters, self.grad_clip))
         if torch.isfinite(torch.tensor(norm)):
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.step()
+            with torch.no_grad():
+                for parameter, master in zip(self.parameters, self.masters, strict=True):
+                    parameter.copy_(master)
         self.optimizer.zero_grad(set_to_none=True)
         return norm
+
+    def _make_optimizer(self) -> None:
+        # Adam steps fp32 copies, as DeepSpeed's bf16 optimizer does: a bf16 weight would drop most small updates.
+        settings = self._optimizer_settings
+        self.masters = [p.detach().float().clone() for p in self.parameters]
+        self.optimizer = torch.optim.AdamW(self.masters, lr=settings.lr, weight_decay=settings.weight_decay,
+                                           betas=(0.9, 0.95))
 
 
 def mtp_training(model: torch.nn.Module, settings: MtpSettings, optimizer: OptimizerSettings) -> MtpTraining | None:
