@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from rewards.loading import RewardModuleError, load_reward_module, reward_module_ref, score_batch
 from rewards.protocol import RewardSample
-from suites import arith, chat, instruct
+from suites import arith, chat, code, instruct
+from suites.answers import fenced_python
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ def _turn(reasoning: str, reply: str, *, finished: bool = True) -> str:
 
 
 def fixture_batch() -> list[FixtureSample]:
-    """One sample of each kind a stage sends: right, wrong and unfinished arith, instruct, chat, empty."""
+    """One sample of each kind a stage sends: right, wrong and unfinished arith, instruct, chat, code, empty."""
     problem = arith.generate(1, seed=0, levels=(3,))[0]
     question = tuple(problem.messages()[:1])
     reasoning = "\n".join(problem.steps)
@@ -34,6 +35,9 @@ def fixture_batch() -> list[FixtureSample]:
     constraints = {"thinking": True, "domain": "instruct", "constraints": list(item.constraints)}
     topic = chat.generate(1, seed=0, split="train")[0]
     answer = str(problem.answer)
+    task = code.generate(1, seed=0)[0]
+    task_prompt = tuple(task.messages()[:1])
+    wrong_code = fenced_python(f"def {task.drawn.function}({task.drawn.parameters}):\n    return None\n")
     return [
         FixtureSample("arith, right answer", RewardSample(
             question, _turn(reasoning, f"The answer is {answer}."), answer, {"thinking": True, "domain": "arith"})),
@@ -48,6 +52,10 @@ def fixture_batch() -> list[FixtureSample]:
         FixtureSample("chat, the anchor reply", RewardSample(
             tuple(topic.prompt_messages()), _turn("Answer the question.", topic.anchor), topic.anchor,
             {"thinking": True, "domain": "chat"})),
+        FixtureSample("code, passes its tests", RewardSample(
+            task_prompt, _turn(task.drawn.plan, task.reply), task.reference, {"thinking": True, "domain": "code"})),
+        FixtureSample("code, fails its tests", RewardSample(
+            task_prompt, _turn(task.drawn.plan, wrong_code), task.reference, {"thinking": True, "domain": "code"})),
         FixtureSample("empty response", RewardSample(question, "", answer, {"thinking": True, "domain": "arith"})),
     ]
 

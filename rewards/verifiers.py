@@ -1,14 +1,17 @@
-"""Rule-verified rewards for the suites whose answers can be checked exactly."""
+"""Rule-verified rewards for the suites whose answers can be checked exactly: by rule, or by running the code."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from model.turns import score_turn
+from rewards.code_runs import passed_calls
 from rewards.protocol import RewardSample
-from suites.answers import stated_answer, stated_integer
+from suites.answers import final_python_block, stated_answer, stated_integer
 from suites.arith import worked_steps
+from suites.code_cases import FunctionCases
 
 
 def stated_matches(samples: Sequence[RewardSample], read: Callable[[str], object | None],
@@ -92,4 +95,58 @@ class ArithStepPrefix:
                     break
                 matched += 1
             scores.append(matched / len(expected))
+        return scores
+
+
+def completion_code(sample: RewardSample) -> str | None:
+    """The code of the reply's final ```python block; None for a malformed turn or a reply without one (code in
+    the reasoning does not count: the answer is what follows it)."""
+    turn = score_turn(sample.response, thinking=bool(sample.metadata.get("thinking", True)))
+    return final_python_block(turn.parsed.reply) if turn.format_valid else None
+
+
+class CodeTests:
+    """1 when the reply's final ```python block passes every hidden test call its reference carries, else 0.
+
+    The calls run in a fresh code sandbox per completion (rewards/code_runs.py: limits of 5 s wall and CPU,
+    512 MB, 16 processes, no network), and only their return values leave it; the expected values never enter.
+    With `partial_credit` the score is the fraction of calls passed instead (a group that all fail some calls
+    still carries signal). A malformed turn or a reply without a python block scores 0 without starting a
+    sandbox. A sample whose reference carries no test calls (suites/code_cases.py) is not this module's to
+    score: None. Completions run `workers` at a time; identical ones of a batch run once.
+    """
+
+    name = "code_tests"
+    version = "1"
+
+    def __init__(self, partial_credit: bool = False, workers: int = 4):
+        self.check_params(partial_credit, workers)
+        self.partial_credit = partial_credit
+        self.workers = workers
+
+    @staticmethod
+    def check_params(partial_credit: bool = False, workers: int = 4) -> None:
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive integer, got {workers!r}")
+
+    def __call__(self, samples: Sequence[RewardSample]) -> list[float | None]:
+        scores: list[float | None] = [None] * len(samples)
+        runs: dict[tuple[str, str], tuple[FunctionCases, list[int]]] = {}
+        for index, sample in enumerate(samples):
+            cases = FunctionCases.from_reference(sample.reference)
+            if cases is None:
+                continue
+            code = completion_code(sample)
+            if code is None:
+                scores[index] = 0.0
+                continue
+            runs.setdefault((code, sample.reference), (cases, []))[1].append(index)
+        if not runs:
+            return scores
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="code-tests") as pool:
+            passed = {key: pool.submit(passed_calls, key[0], cases) for key, (cases, _) in runs.items()}
+        for key, (cases, indices) in runs.items():
+            count, total = passed[key].result(), len(cases.cases)
+            for index in indices:
+                scores[index] = count / total if self.partial_credit else float(count == total)
         return scores

@@ -9,6 +9,7 @@ from posttrain.cli import app
 from rewards.catalog import ENTRY_POINT_GROUP, builtin_modules, installed_modules
 from rewards.contract import check_contract, fixture_batch
 from rollout.process import EngineProcess
+from tests.system_packages import ensure_debian_packages
 
 runner = CliRunner()
 
@@ -52,6 +53,13 @@ def judge_params(small_store, tmp_path_factory):
 
 
 ORM = "rewards.orm.OrmScore"
+CODE = "rewards.verifiers.CodeTests"
+
+
+@pytest.fixture
+def code_params():
+    """The code verifier runs completions under bubblewrap (rollout/agents/envs/code_sandbox.py); defaults suffice."""
+    ensure_debian_packages("bubblewrap", "util-linux", commands=("bwrap", "setpriv", "prlimit"))
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +69,12 @@ def orm_params(trained_orm):
 
 @pytest.mark.parametrize("path", [module.path for module in builtin_modules()])
 def test_every_module_in_rewards_meets_the_contract(path, request):
-    fixtures = {JUDGE: "judge_params", ORM: "orm_params"}
+    fixtures = {JUDGE: "judge_params", ORM: "orm_params", CODE: "code_params"}
     params = request.getfixturevalue(fixtures[path]) if path in fixtures else PARAMS.get(path)
     result = check_contract(path, params)
     assert len(result.scores) == len(fixture_batch())
     if path == JUDGE:  # an untrained judge writes no verdict line: every score None, which the contract refuses
-        assert result.problems == [f"{JUDGE}: scored none of the 7 fixture samples (every score None)"]
+        assert result.problems == [f"{JUDGE}: scored none of the {len(fixture_batch())} fixture samples (every score None)"]
     else:
         assert result.passed, result.problems
 
@@ -78,7 +86,7 @@ def test_the_builtin_catalog_finds_the_verifiers_and_not_the_protocol():
 
 
 @pytest.mark.parametrize(("cls", "problem"), [
-    (WrongLength, "returned 1 scores for 7 samples"),
+    (WrongLength, f"returned 1 scores for {len(fixture_batch())} samples"),
     (Moody, "two calls on the same batch gave different scores"),
     (Nameless, "`name` is empty"),
 ])
@@ -128,7 +136,7 @@ def test_cli_lists_and_checks_modules(tmp_path, monkeypatch):
 
     failed = runner.invoke(app, ["rewards", "check", f"{__name__}.WrongLength"], env={"COLUMNS": "200"})
     assert failed.exit_code == 1
-    assert "wrong_length" in flat(failed.output) and "returned 1 scores for 7 samples" in flat(failed.output)
+    assert "wrong_length" in flat(failed.output) and f"returned 1 scores for {len(fixture_batch())} samples" in flat(failed.output)
 
     bad_params = runner.invoke(app, ["rewards", "check", "rewards.verifiers.FormatValid", "--params", "[1]"])
     assert bad_params.exit_code == 2 and "JSON object" in bad_params.output
@@ -172,7 +180,7 @@ def test_the_cli_check_runs_the_module_in_a_child_and_names_how_it_ended():
                           env={"COLUMNS": "200"})
     assert hangs.exit_code == 1 and "did not finish within 9 s" in flat(hangs.output)
     none = runner.invoke(app, ["rewards", "check", f"{__name__}.NeverScores"], env={"COLUMNS": "200"})
-    assert none.exit_code == 1 and "scored none of the 7 fixture samples" in flat(none.output)
+    assert none.exit_code == 1 and f"scored none of the {len(fixture_batch())} fixture samples" in flat(none.output)
     popen = runner.invoke(app, ["rewards", "check", "subprocess.Popen", "--params", '{"args": ["touch", "pwned"]}'],
                           env={"COLUMNS": "200"})
     assert popen.exit_code == 1 and "not from an allowed origin" in popen.output
