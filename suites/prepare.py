@@ -16,7 +16,7 @@ from pydantic import Field
 
 from data_contracts.conversation import message_record
 from model.thinking import CHAT_THINKING_MODE, DEFAULT_THINKING_MIX, apply_thinking_mode, assign_modes
-from suites import arith, calc, chat, instruct, judge, search
+from suites import arith, calc, chat, code, instruct, judge, search, swe, terminal
 
 # A suite's rows are generated in memory: past a million, a size is a typo (1e38), not a plan.
 MAX_SUITE_ROWS = 1_000_000
@@ -78,6 +78,24 @@ def _calc_examples(split: str, count: int, seed: int) -> list[Example]:
     ]
 
 
+def _code_examples(split: str, count: int, seed: int) -> list[Example]:
+    # The reference is the hidden test calls (suites/code_cases.py) that rewards.verifiers.CodeTests runs.
+    return [Example(p.id, tuple(p.messages()), p.reference, {"template": p.template, "function": p.drawn.function})
+            for p in code.generate(count, split_seed(seed, split))]
+
+
+def _swe_examples(split: str, count: int, seed: int) -> list[Example]:
+    # The metadata holds the repository and its hidden tests, all the swe task needs; the reference is the fix's diff.
+    return [Example(e.id, e.messages, e.repository.reference, e.repository.metadata(), swe.TOOLS)
+            for e in swe.generate(count, split_seed(seed, split))]
+
+
+def _terminal_examples(split: str, count: int, seed: int) -> list[Example]:
+    # The metadata holds the folder's files and the check the terminal task runs; the reference is a solution.
+    return [Example(e.id, e.messages, e.problem.solution, e.metadata(), terminal.TOOLS)
+            for e in terminal.generate(count, split_seed(seed, split))]
+
+
 def _search_examples(split: str, count: int, seed: int) -> list[Example]:
     # The graph seed lets an RL environment rebuild the graph the episode's tools answer from.
     graph_seed = split_seed(seed, split)
@@ -128,6 +146,9 @@ SUITES: dict[str, Callable[[str, int, int], list[Example]]] = {
     "arith": _arith_examples,
     "search": _search_examples,
     "calc": _calc_examples,
+    "code": _code_examples,  # Python functions graded by hidden tests in the code sandbox
+    "swe": _swe_examples,  # fix a generated repository's bug; agentic, in the code sandbox
+    "terminal": _terminal_examples,  # file and text chores with bash; agentic, in the code sandbox
     "instruct": _instruct_examples,
     "chat": _chat_examples,
     "judge": _judge_examples,  # verdicts against anchors: SFT on it makes a checkpoint a GRM judge

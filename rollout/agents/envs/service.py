@@ -2,7 +2,9 @@
 
 Endpoints: `POST /reset` poses a task row as a new episode, `POST /step` applies one model turn and
 returns the tool results, `POST /verify` scores the finished episode, with the task's partial credit
-where it grades progress (and forgets it), `GET /health`.
+where it grades progress (and forgets it), `POST /abandon` forgets one given up on, `GET /health`.
+An episode that ends (verified, abandoned, idle past `--idle-ttl-s`, or running when the service stops) releases
+what its task held for it (`EndsEpisodes`: the code tasks' sandboxed workspace).
 With `--orchestrator URL` the service registers itself there once it is up. `--latency-median-s`
 adds a seeded lognormal delay to every step, the heavy tail of real tools (bench/async_vs_sync.py).
 """
@@ -16,6 +18,7 @@ import math
 import random
 import threading
 import time
+from contextlib import asynccontextmanager
 
 import requests
 import uvicorn
@@ -24,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from infra.lifetime import exit_with_owner
 from rollout.agents.envs.catalog import load_task
-from rollout.agents.envs.tasks import AgentTask, Episode, PartialCredit, take_turn
+from rollout.agents.envs.tasks import AgentTask, EndsEpisodes, Episode, PartialCredit, take_turn
 from rollout.auth import api_key, bearer_headers, require_api_key
 from rollout.http_errors import install_validation_errors
 
@@ -77,9 +80,16 @@ class Latency(BaseModel):
 
 def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: float = 900.0,
                   max_episodes: int = 4096) -> FastAPI:
-    app = require_api_key(install_validation_errors(FastAPI(title=f"posttrain {task.name} environment")), api_key())
     episodes: dict[str, Episode] = {}
 
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        yield
+        for episode_id in list(episodes):  # shutting down ends every running episode
+            release(forget(episode_id))
+
+    app = FastAPI(title=f"posttrain {task.name} environment", lifespan=lifespan)
+    app = require_api_key(install_validation_errors(app), api_key())
     touched: dict[str, float] = {}  # when each episode was last reset or stepped
 
     def episode(episode_id: str) -> Episode:
@@ -89,12 +99,20 @@ def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: f
         touched[episode_id] = time.monotonic()
         return episodes[episode_id]
 
+    def forget(episode_id: str) -> Episode | None:
+        touched.pop(episode_id, None)
+        return episodes.pop(episode_id, None)
+
+    def release(ended: Episode | None) -> None:
+        """Free what the task held for an episode that is over: verified, abandoned, idle, or the service stopping."""
+        if ended is not None and isinstance(task, EndsEpisodes):
+            task.end_episode(ended)
+
     def expire_idle() -> None:
         """Forget episodes nobody stepped for `idle_ttl_s`: an orchestrator that died leaves them behind."""
         cutoff = time.monotonic() - idle_ttl_s
         for episode_id in [e for e, at in touched.items() if at < cutoff]:
-            episodes.pop(episode_id, None)
-            touched.pop(episode_id, None)
+            release(forget(episode_id))
 
     @app.get("/health")
     async def health() -> dict:
@@ -132,17 +150,18 @@ def build_env_app(task: AgentTask, latency: Latency | None = None, idle_ttl_s: f
         current = episode(request.episode_id)
         if not current.finished:
             raise HTTPException(status_code=409, detail=f"episode {request.episode_id!r} has not finished")
-        del episodes[request.episode_id]
-        touched.pop(request.episode_id, None)
-        credit = task.partial_credit(current) if isinstance(task, PartialCredit) else None
-        return VerifyResponse(reward=float(task.succeeded(current)), credit=credit, turns=current.turns,
-                              tool_calls=current.tool_calls)
+        forget(request.episode_id)
+        try:  # a verdict may run commands (the code tasks check in their sandbox): keep the event loop free
+            credit = await asyncio.to_thread(task.partial_credit, current) if isinstance(task, PartialCredit) else None
+            reward = float(await asyncio.to_thread(task.succeeded, current))
+        finally:
+            release(current)
+        return VerifyResponse(reward=reward, credit=credit, turns=current.turns, tool_calls=current.tool_calls)
 
     @app.post("/abandon")
     async def abandon(request: EpisodeRequest) -> dict:
         """Forget an episode the orchestrator gave up on (its engine or its own time ran out)."""
-        episodes.pop(request.episode_id, None)
-        touched.pop(request.episode_id, None)
+        release(forget(request.episode_id))
         return {"abandoned": request.episode_id}
 
     return app

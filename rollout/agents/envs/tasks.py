@@ -75,6 +75,15 @@ class PartialCredit(Protocol):
         """How far the finished episode got towards success, in [0, 1]."""
 
 
+@runtime_checkable
+class EndsEpisodes(Protocol):
+    """A task that holds something for each running episode (the code tasks' sandboxed workspace): the task service
+    ends each episode it verifies, abandons or forgets as idle, and those still running when it stops, so what an
+    episode held is released at once."""
+
+    def end_episode(self, episode: Episode) -> None: ...
+
+
 def take_turn(task: AgentTask, episode: Episode, text: str) -> StepResult:
     """Apply one model turn (the text after the generation prompt, thinking on) to the episode."""
     if episode.finished:
