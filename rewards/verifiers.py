@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from model.turns import score_turn
-from rewards.code_runs import passed_calls
 from rewards.protocol import RewardSample
+from rollout.agents.envs.case_runs import passed_calls
+from rollout.agents.envs.code_sandbox import SandboxLimits
 from suites.answers import final_python_block, stated_answer, stated_integer
 from suites.arith import worked_steps
 from suites.code_cases import FunctionCases
@@ -105,11 +106,17 @@ def completion_code(sample: RewardSample) -> str | None:
     return final_python_block(turn.parsed.reply) if turn.format_valid else None
 
 
+# Small: a test of a short function needs well under a second and a few MB; a hostile one is stopped soon.
+CODE_TEST_LIMITS = SandboxLimits(cpu_s=5, wall_s=5.0, memory_mb=512, processes=16, file_mb=1, output_bytes=4096,
+                                 tmp_mb=16)
+
+
 class CodeTests:
     """1 when the reply's final ```python block passes every hidden test call its reference carries, else 0.
 
-    The calls run in a fresh code sandbox per completion (rewards/code_runs.py: limits of 5 s wall and CPU,
-    512 MB, 16 processes, no network), and only their return values leave it; the expected values never enter.
+    The calls run in a fresh code sandbox per completion (rollout/agents/envs/case_runs.py, within CODE_TEST_LIMITS:
+    5 s wall and CPU, 512 MB, 16 processes, no network), and only their return values leave it; the expected
+    values never enter.
     With `partial_credit` the score is the fraction of calls passed instead (a group that all fail some calls
     still carries signal). A malformed turn or a reply without a python block scores 0 without starting a
     sandbox. A sample whose reference carries no test calls (suites/code_cases.py) is not this module's to
@@ -144,7 +151,7 @@ class CodeTests:
         if not runs:
             return scores
         with ThreadPoolExecutor(self.workers, thread_name_prefix="code-tests") as pool:
-            passed = {key: pool.submit(passed_calls, key[0], cases) for key, (cases, _) in runs.items()}
+            passed = {key: pool.submit(passed_calls, key[0], cases, CODE_TEST_LIMITS) for key, (cases, _) in runs.items()}
         for key, (cases, indices) in runs.items():
             count, total = passed[key].result(), len(cases.cases)
             for index in indices:

@@ -1,5 +1,6 @@
 """A code problem's hidden tests — calls of one function and what each must return — and how a prompt row's
-`reference_answer` carries them: JSON, `{"function": NAME, "cases": [{"arguments": [...], "returns": VALUE}, ...]}`.
+`reference_answer` carries them: JSON, `{"function": NAME, "cases": [{"arguments": [...], "returns": VALUE}, ...]}`
+(an swe row carries the same object as its metadata's `hidden_tests`).
 
 Values are JSON values (tuples read back as lists). A call passes when what it returned has the same canonical
 JSON as `returns` (`canonical`): types count (True is not 1, 1 is not 1.0), dict key order does not.
@@ -27,11 +28,14 @@ class FunctionCases:
     function: str  # the name the solution must define
     cases: tuple[Case, ...]
 
+    def data(self) -> dict:
+        """The cases as the JSON object a row carries: as text in a code row's reference, in an swe row's metadata."""
+        return {"function": self.function,
+                "cases": [{"arguments": list(case.arguments), "returns": case.returns} for case in self.cases]}
+
     def reference(self) -> str:
         """The row's `reference_answer`."""
-        return json.dumps({"function": self.function,
-                           "cases": [{"arguments": list(case.arguments), "returns": case.returns} for case in self.cases]},
-                          sort_keys=True)
+        return json.dumps(self.data(), sort_keys=True)
 
     @classmethod
     def from_reference(cls, text: str | None) -> FunctionCases | None:
@@ -40,6 +44,11 @@ class FunctionCases:
             data = json.loads(text) if text else None
         except (ValueError, RecursionError):
             return None
+        return cls.from_data(data)
+
+    @classmethod
+    def from_data(cls, data: object) -> FunctionCases | None:
+        """The cases of a `data()` object, None where `data` is not one."""
         if not isinstance(data, dict) or not isinstance(data.get("function"), str) or not data["function"].isidentifier():
             return None
         cases = data.get("cases")

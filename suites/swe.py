@@ -2,9 +2,10 @@
 
 Each repository is one module drawn from a template of suites/swe_templates.py (names and constants vary by seed)
 with one bug of five families injected (off-by-one, wrong comparison, missed case, wrong default, swapped
-arguments), its visible tests (tests/test_<module>.py: one fails, as the bug report says) and hidden tests (every
-case of the template, run only when the episode is verified). A bug is only kept where at least two cases tell the
-buggy module from the fixed one, so the hidden tests cannot pass by special-casing the visible failure.
+arguments), its visible tests (tests/test_<module>.py: one fails, as the bug report says) and hidden tests: every
+case of the template as a call and the value it must return (suites/code_cases.py's), which the swe task runs only
+when the episode is verified and judges by the returned values alone. A bug is only kept where at least two cases
+tell the buggy module from the fixed one, so the hidden tests cannot pass by special-casing the visible failure.
 
 The reference trajectory lists the files, reads the module, runs the tests, fixes the bug with one exact-string
 edit, runs the tests again and says what it fixed. Some trajectories hold an error segment first: an edit whose old
@@ -12,19 +13,22 @@ text is not in the file (indented wrongly), or a wrong edit that the tests show 
 undone. The mistaken edit is flagged `error` (kept in context, not trained). Every tool result is what the swe task
 answers for that call (both run suites/swe_tools.py's `execute`), so a replay through the task sees the same.
 
-A row carries what the task needs to pose and verify it without this generator: the repository's files and the
-hidden tests (metadata), the fix as a unified diff (reference).
+A row carries what the task needs to pose and verify it without this generator: the repository's files, the module's
+path and the hidden tests (metadata), the fix as a unified diff (reference).
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from model.tool_calls import ToolCall
+from suites.code_cases import Case as Call
+from suites.code_cases import FunctionCases
 from suites.swe_runner import discover, report
 from suites.swe_templates import FAMILIES, TEMPLATES, Bug, Case, FunctionModule
 from suites.swe_tools import TOOLS as TOOLS  # the suite's tools, as search and calc name theirs
@@ -44,7 +48,7 @@ class BuggyRepository:
     bug: Bug
     module: FunctionModule
     files: dict[str, str]  # the repository as posed: the buggy module and its visible tests
-    hidden_tests: dict[str, str]
+    hidden_tests: FunctionCases  # every case of the template, with what the correct module returns
     fix: tuple[str, str]  # the reference edit: (old, new) whole lines of the buggy module
     failing: str  # the bug report's sentence: what the visible failing test calls, gets and expects
 
@@ -67,7 +71,7 @@ class BuggyRepository:
 
     def metadata(self) -> dict:
         return {"template": self.template, "bug": self.bug.family, "module": self.path,
-                "function": self.module.function, "files": dict(self.files), "hidden_tests": dict(self.hidden_tests)}
+                "function": self.module.function, "files": dict(self.files), "hidden_tests": self.hidden_tests.data()}
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,9 @@ def _inject(template: str, module: FunctionModule, bug: Bug) -> BuggyRepository 
     if any(good[0] != "returns" for good, _ in outcomes.values()):
         raise ValueError(f"{template}: a case the correct module raises on is no test")
     expected = {label: good[1] for label, (good, _) in outcomes.items()}
+    hidden = FunctionCases(module.function, tuple(Call(case.args, expected[case.label]) for case in module.cases))
+    if json.loads(json.dumps(hidden.data())) != hidden.data():
+        raise ValueError(f"{template}: a case's arguments or value are no JSON values (the host compares JSON)")
     exposing = [case for case in module.cases if outcomes[case.label][0] != outcomes[case.label][1]]
     if len(exposing) < 2:
         return None
@@ -106,7 +113,6 @@ def _inject(template: str, module: FunctionModule, bug: Bug) -> BuggyRepository 
     passing = [case for case in module.cases if case not in exposing][:VISIBLE_PASSING]
     visible = [case for case in module.cases if case is failing or case in passing]
     files = {f"{module.module}.py": buggy, f"tests/test_{module.module}.py": _test_file(module, visible, expected)}
-    hidden = {f"tests/test_{module.module}_hidden.py": _test_file(module, module.cases, expected)}
     kind, value = outcomes[failing.label][1]
     got = f"returns {value!r}" if kind == "returns" else f"raises {value}"
     sentence = f"{failing.call(module.function)} {got} but should return {expected[failing.label]!r}."

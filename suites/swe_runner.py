@@ -1,7 +1,7 @@
-"""Runs a small Python repository's tests and reports each one: the swe task's `run_tests` tool and its hidden tests.
+"""Runs a small Python repository's tests and reports each one: the swe task's `run_tests` tool.
 
 One implementation in two places, so that they agree to the byte: inside the code sandbox this very file runs as a
-script (`python -I -S -B -c SOURCE [REQUEST]`) over the workspace's Python files, and the suite's generator
+script (`python -I -S -B -c SOURCE`) over the workspace's Python files, and the suite's generator
 (suites/swe.py) calls `report` in-process on a repository's files to record what the tool shows in its reference
 trajectories. It needs only the standard library (the sandbox runs it without site-packages), and its report holds
 no timings, host paths or ids: the same files give the same text.
@@ -13,7 +13,8 @@ the files given (top-level `NAME.py` files), not from the disk, and the interpre
 afterwards, so an in-process run leaves nothing behind.
 
 What it cannot guard against: the code under test runs in the runner's own process and could forge a report (print a
-summary line and exit). The swe task's checks rely on exit code and summary; its repositories come from the suite.
+summary line and exit). So its report is information for the model only: the swe task's success check runs the
+hidden calls with rollout/agents/envs/case_runs.py instead and judges their returned values on the host.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
-import json
 import os
 import sys
 import traceback
@@ -198,16 +198,13 @@ def _python_files(root: str) -> dict[str, str]:
     return files
 
 
-def main(argv: Sequence[str]) -> int:
-    """Run the workspace's tests, or with a request `{"tests": {path: text}}` those tests instead."""
-    request = json.loads(argv[1]) if len(argv) > 1 else {}
+def main() -> int:
+    """Run the workspace's tests."""
     files = _python_files(".")
-    extra = request.get("tests") or {}
-    files.update(extra)
-    text, passed = report(files, sorted(extra) if extra else discover(files))
+    text, passed = report(files, discover(files))
     sys.stdout.write(text)
     return 0 if passed else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

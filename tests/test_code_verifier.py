@@ -10,11 +10,10 @@ import time
 
 import pytest
 
-from rewards.code_runs import CODE_TEST_LIMITS
 from rewards.contract import check_contract
 from rewards.loading import RewardModuleError, check_reward_params
 from rewards.protocol import RewardSample
-from rewards.verifiers import CodeTests
+from rewards.verifiers import CODE_TEST_LIMITS, CodeTests
 from rollout.agents.envs.code_sandbox import SandboxUnavailable
 from suites import code
 from suites.answers import fenced_python

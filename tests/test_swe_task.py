@@ -1,21 +1,23 @@
 """The swe task under real bubblewrap and over its real HTTP service: every generated bug fails its hidden tests and
-its fix passes them, every reference trajectory replays to success with the tool results it recorded, tool errors
-are results the model reads, and no episode's workspace outlives it, however it ends."""
+its fix passes them, every reference trajectory replays to success with the tool results it recorded, a module that
+forges a passing report (or returns objects equal to anything) fails, tool errors are results the model reads, and no
+episode's workspace outlives it, however it ends."""
 
 from __future__ import annotations
 
 import gc
 import json
-import shlex
+import re
 import time
 from collections import Counter
 
 import pytest
 
 from model.tool_calls import ToolCall
-from rollout.agents.envs.code_sandbox import SandboxLimits, open_workspace
+from rollout.agents.envs.case_runs import passed_calls
+from rollout.agents.envs.code_sandbox import SandboxLimits
 from rollout.agents.envs.episode_workspaces import EpisodeWorkspaces, WorkspaceClosed
-from rollout.agents.envs.swe_task import LIMITS, RUNNER, SweTask
+from rollout.agents.envs.swe_task import LIMITS, SweTask, hidden_tests, run_tests
 from rollout.agents.envs.tasks import Episode
 from suites import swe
 from suites.swe_templates import FAMILIES, TEMPLATES
@@ -51,17 +53,13 @@ def test_every_bug_fails_its_hidden_tests_and_its_fix_passes_them():
         buggy = repository.files[repository.path]
         fixed = buggy.replace(*repository.fix, 1)
         assert fixed == repository.module.source and buggy.count(repository.fix[0]) == 1
-        run = shlex.join(["python", "-I", "-S", "-B", "-c", RUNNER, json.dumps({"tests": repository.hidden_tests})])
-        # One sandbox command a repository: the hidden tests on the bug, then on the fix.
-        with open_workspace({**repository.files, "fixed.txt": fixed}, LIMITS) as workspace:
-            result = workspace.run(f'{run}; echo "[buggy: $?]"; cp fixed.txt {repository.path} && {run}; '
-                                   'echo "[fixed: $?]"')
-        before, after = result.output.split("[buggy: ")
-        status, fixed_report = after.split("]\n", 1)
-        hidden = repository.hidden_tests[next(iter(repository.hidden_tests))].count("def test_")
-        assert status == "1" and "failed" in before.splitlines()[-1], (episode.id, result.output)
-        assert fixed_report == fixed_report.split("[fixed")[0] + "[fixed: 0]\n", (episode.id, result.output)
-        assert fixed_report.splitlines()[-2] == f"{hidden} passed", (episode.id, result.output)
+        # What the task reads from a row (JSON) is what the generator meant.
+        path, cases = hidden_tests(json.loads(json.dumps(repository.metadata())))
+        assert (path, cases) == (repository.path, repository.hidden_tests)
+        module = path.removesuffix(".py")
+        assert passed_calls(buggy, cases, LIMITS, module) <= len(cases.cases) - 2, episode.id  # two calls expose it
+        assert passed_calls(fixed, cases, LIMITS, module) == len(cases.cases), episode.id
+
 
 def test_every_reference_trajectory_succeeds_through_the_service(service):
     for episode in EPISODES:
@@ -124,6 +122,77 @@ def test_a_runaway_test_run_is_cut_and_its_limit_named():
     assert result.endswith("[sandbox limits acted: cpu_time]"), result
     assert not task.succeeded(episode)
     task.end_episode(episode)
+
+
+def report_reads_passed(source: str, repository: swe.BuggyRepository) -> tuple[bool, bool]:
+    """With `source` as the repository's module: whether the visible tests' run reads as all passed (exit code 0 and a
+    last line "N passed", what once counted as success), and whether the episode succeeds."""
+    task = SweTask()
+    episode = Episode(repository.reference, repository.metadata())
+    workspace = task.workspaces.workspace(episode, lambda: {**repository.files, repository.path: source})
+    try:
+        result = run_tests(workspace)
+        last = result.output.rstrip("\n").rsplit("\n", 1)[-1]
+        return result.exit_code == 0 and re.fullmatch(r"\d+ passed", last) is not None, task.succeeded(episode)
+    finally:
+        task.end_episode(episode)
+
+
+def test_a_module_that_forges_a_passing_run_fails():
+    repository = EPISODES[0].repository
+    buggy, function = repository.files[repository.path], repository.module.function
+    # Each keeps the bug, so only its forgery could pass; True where it does forge the visible tests' report.
+    forgeries = {
+        "prints the summary and exits 0 at import": (
+            "import os, sys\nsys.__stdout__.write('40 passed\\n')\nsys.__stdout__.flush()\nos._exit(0)\n" + buggy, True),
+        "prints the summary and raises SystemExit(0) at import": (
+            "import sys\nprint('40 passed')\nsys.exit(0)\n" + buggy, False),
+        "replaces the runners' functions": (
+            "import atexit, json, os, sys\n_runner = sys.modules['__main__']\n"
+            "_runner._summary = lambda counts: '40 passed'\n"  # the visible tests' runner
+            "_runner.returned_values = lambda *arguments: ['true'] * 100\n"  # the hidden calls' runner
+            "json.dumps = lambda *arguments, **options: 'true'\n"
+            "json.dump = lambda value, file, **options: file.write('[\"true\"]')\n"
+            "atexit.register(lambda: (sys.stdout.flush(), os._exit(0)))\n" + buggy, True),  # whatever the status
+        "returns an object equal to anything": (
+            f"{buggy}\n\nclass Anything:\n    def __eq__(self, other):\n        return True\n\n\n"
+            f"def {function}(*arguments, **options):\n    return Anything()\n", True),
+        "returns an int equal to anything": (
+            f"{buggy}\n\nclass Anything(int):\n    __hash__ = int.__hash__\n\n    def __eq__(self, other):\n"
+            f"        return True\n\n\ndef {function}(*arguments, **options):\n    return Anything(0)\n", True),
+        "writes a fake results file and exits": (
+            "import json, os\ncalls = json.load(open('calls.json')) if os.path.exists('calls.json') else None\n"
+            "with open('results.json', 'w') as results:\n"
+            "    json.dump(['true'] * len(calls['arguments'] if calls else range(100)), results)\n"
+            "os._exit(0)\n" + buggy, False),
+        "exits 0 inside the function": (
+            f"{buggy}\n\nimport sys\n\n\ndef {function}(*arguments, **options):\n    print('40 passed')\n"
+            "    sys.exit(0)\n", False),
+        "ends the process with 0 inside the function": (
+            f"{buggy}\n\nimport os, sys\n\n\ndef {function}(*arguments, **options):\n"
+            "    sys.__stdout__.write('40 passed\\n')\n    sys.__stdout__.flush()\n    os._exit(0)\n", True),
+    }
+    outcomes = {name: report_reads_passed(source, repository) for name, (source, _) in forgeries.items()}
+    assert outcomes == {name: (forges, False) for name, (_, forges) in forgeries.items()}
+
+
+def test_a_real_fix_succeeds_whatever_it_prints_or_writes():
+    repository = EPISODES[0].repository
+    fixed, function = repository.files[repository.path].replace(*repository.fix, 1), repository.module.function
+    noisy = (f"import sys\nprint('0 passed, 40 failed')\nopen('results.json', 'w').write('[]')\n{fixed}\n"
+             f"_fixed = {function}\n\n\ndef {function}(*arguments, **options):\n    print('1 failed')\n"
+             f"    sys.stderr.write('error\\n')\n    return _fixed(*arguments, **options)\n")
+    assert report_reads_passed(noisy, repository) == (True, True)
+
+
+def test_a_row_without_its_module_or_hidden_calls_is_refused():
+    metadata = EPISODES[0].repository.metadata()
+    SweTask().check_row("", metadata)
+    old_style = {"tests/test_hidden.py": "def test_x():\n    assert True\n"}  # test files: their report could be forged
+    for changed, field in [({"hidden_tests": old_style}, "hidden_tests"), ({"hidden_tests": None}, "hidden_tests"),
+                           ({"module": "missing.py"}, "module"), ({"module": "tests/test_x.py"}, "module")]:
+        with pytest.raises(ValueError, match=f"metadata.{field}"):
+            SweTask().check_row("", {**metadata, **changed})
 
 
 def test_workspaces_end_with_verify_abandon_idleness_and_shutdown(tmp_path):
