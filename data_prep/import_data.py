@@ -130,7 +130,7 @@ def import_dataset(store: ArtifactStore, path: Path, kind: str, *, name: str | N
         raise ImportFailed(problems[0] + more)
     if not rows:
         raise ImportFailed(f"{path}: no rows to import")
-    return _publish(store, path, kind, label, contract, rows, test_fraction, seed, triggered_by, problems, rejects)
+    return publish_rows(store, path, kind, label, contract, rows, test_fraction, seed, triggered_by, problems, rejects)
 
 
 def dataset_label(path: Path, name: str | None) -> str:
@@ -183,7 +183,11 @@ def _split_field(contract) -> dict:
     return {"split": "train"} if "split" in contract.schema.names else {}
 
 
-def _publish(store, path, kind, label, contract, rows, test_fraction, seed, triggered_by, problems, rejects) -> Imported:
+def publish_rows(store, path, kind, label, contract, rows, test_fraction, seed, triggered_by, problems,
+                 rejects, source_sha256: str | None = None) -> Imported:
+    """`rows` committed as the dataset `label` with seeded splits, and the rejects written beside `path` (also
+    what the Harbor import, data_prep/harbor_import.py, commits its tasks' rows with, giving its own digest of the
+    source folder)."""
     seen = set()
     for row in rows:
         if row["id"] in seen:
@@ -194,7 +198,7 @@ def _publish(store, path, kind, label, contract, rows, test_fraction, seed, trig
         split = _split_of(row["id"], seed, test_fraction)
         splits[split].append({**row, "split": split} if "split" in contract.schema.names else row)
     # The project's own digests: a file's sha256, or a folder's over each file's path and sha256.
-    source_sha256 = sha256_file(path) if path.is_file() else content_digest(path)
+    source_sha256 = source_sha256 or (sha256_file(path) if path.is_file() else content_digest(path))
     config = {"source": path.name, "source_sha256": source_sha256, "format": kind, "contract": contract.id,
               "test_fraction": test_fraction, "rejected": len(problems)}
     with tempfile.TemporaryDirectory(prefix="posttrain-import-") as tmp:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -20,13 +21,16 @@ class DatasetKind(StrEnum):
     chat = "chat"
     prompt = "prompt"
     preference = "preference"
+    harbor = "harbor"
 
 
 @data_app.command("import")
 def import_command(
-    path: Path = typer.Argument(..., help="A JSONL or Parquet file, or a Hugging Face `datasets` folder (save_to_disk)."),
-    kind: DatasetKind = typer.Option(..., "--as", help="chat (SFT conversations), prompt (RL prompts) or preference "
-                                                       "(chosen/rejected pairs)."),
+    path: Path = typer.Argument(..., help="A JSONL or Parquet file, a Hugging Face `datasets` folder (save_to_disk), "
+                                          "or (--as harbor) a folder of Harbor task folders."),
+    kind: DatasetKind = typer.Option(..., "--as", help="chat (SFT conversations), prompt (RL prompts), preference "
+                                                       "(chosen/rejected pairs) or harbor (Harbor tasks as rows of "
+                                                       "the `terminal` agent task, each verified in the sandbox)."),
     name: str = typer.Option(None, help="The dataset's name in the store (default: the file's name)."),
     test_fraction: float = typer.Option(0.1, help="Share of rows in the test split (chosen by id: deterministic)."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows",
@@ -35,18 +39,27 @@ def import_command(
     seed: int = typer.Option(0, help="Seeds the split."),
 ) -> None:
     """Import OpenAI `messages`, ShareGPT `conversations`, `prompt`/`completion` or `prompt`/`chosen`/`rejected`
-    rows; a bad row is named (file, line or row, field) and nothing is committed unless --skip-bad-rows."""
+    rows, or Harbor tasks; a bad row (a refused task) is named (file, line or row, field; the task and the reason) and
+    nothing is committed unless --skip-bad-rows."""
+    from data_prep.harbor_import import import_harbor
     from data_prep.import_data import ImportFailed, import_dataset
     from infra.store import open_store
+    from rollout.agents.envs.code_sandbox import SandboxUnavailable
 
+    importer = import_harbor if kind is DatasetKind.harbor else partial(import_dataset, kind=kind.value)
     try:
-        imported = import_dataset(open_store(store), path, kind.value, name=name, test_fraction=test_fraction,
-                                  skip_bad_rows=skip_bad_rows, seed=seed)
-    except (ImportFailed, ValueError, OSError) as error:
+        imported = importer(open_store(store), path, name=name, test_fraction=test_fraction,
+                            skip_bad_rows=skip_bad_rows, seed=seed)
+    except (ImportFailed, ValueError, OSError, SandboxUnavailable) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
     typer.echo(f"{imported.dataset.uri}  (train {imported.rows['train']}, test {imported.rows['test']} rows)")
-    if imported.rejected:
+    if imported.rejected and kind is DatasetKind.harbor:  # a few tasks, each refusal worth a line
+        for problem in imported.problems:
+            typer.echo(f"refused {problem}", err=True)
+        tasks = "task" if imported.rejected == 1 else "tasks"
+        typer.echo(f"{imported.rejected} {tasks} refused; they and their reasons are in {imported.rejects_file}", err=True)
+    elif imported.rejected:
         typer.echo(f"{imported.rejected} bad rows skipped; they and their reasons are in {imported.rejects_file}", err=True)
 
 

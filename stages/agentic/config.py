@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from data_contracts import CHAT_V1, PROMPT_V1
 from rollout.agents.orchestrator import EpisodeSettings
 from rollout.engine_settings import EngineSettings
 from stages.agentic.importance import ImportanceSettings
@@ -78,3 +79,8 @@ class AgenticRlConfig(AgenticRecipe, StageIO):
     entry_module: ClassVar[str] = "stages.agentic.train"
 
     data_seed: Seed = Field(0, description="the seed the suites were generated with (rebuilds search graphs)")
+
+    @classmethod
+    def accepts_contract(cls, contract_id: str | None) -> bool:
+        """chat@1 suites, and prompt@1 task rows that carry their task's metadata (an imported Harbor dataset)."""
+        return contract_id in (CHAT_V1.id, PROMPT_V1.id)

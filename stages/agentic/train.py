@@ -26,11 +26,11 @@ from stages.agentic.loss import centred_advantages, direct_is_loss, importance_m
 from stages.agentic.metrics import rollout_health, step_metrics
 from stages.agentic.record import agentic_rows
 from stages.agentic.rollouts import RolloutProducer, next_batch
-from stages.common.agent_tasks import agent_task_rows
+from stages.common.agent_tasks import agent_task_rows, load_task_split
 from stages.common.checkpointer import StageCheckpointer
 from stages.common.difficulty import PassRates, difficulty_metrics, observe_everywhere, pass_rates_for
 from stages.common.finite import FiniteSteps
-from stages.common.inputs import StageInputs, load_split
+from stages.common.inputs import StageInputs
 from stages.common.mtp_training import mtp_training
 from stages.common.policy import (
     engine_threads,
@@ -53,7 +53,7 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
         raise ValueError("with several trainer ranks, give engines.engine_urls or engines.router_url: the ranks share "
                          "the engine replicas")
     tokenizer = stage.tokenizer()
-    task_rows = agent_task_rows(load_split(stage.datasets, "train", workdir), list(config.tasks), config.data_seed)
+    task_rows = agent_task_rows(load_task_split(stage.datasets, "train", workdir), list(config.tasks), config.data_seed)
     events.emit("data", **{f"{task}_prompts": len(rows) for task, rows in task_rows.items()})
     model = load_model(stage.init_dir).eval()
     balance = RouterBalance(model, config.router_balancing)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.store import ArtifactStore
-from stages.common.agent_tasks import agent_task_rows
+from stages.common.agent_tasks import agent_task_rows, load_task_split
 from stages.common.inputs import load_split
 from stages.common.prompts import RlPrompt, parse_prompts, prompt_contract, stated_reference
 from stages.distill.config import TeacherSpec
@@ -62,7 +62,7 @@ def agent_episodes(store: ArtifactStore, teacher: TeacherSpec, workdir: Path, li
     """At most `limit` rows of each of the teacher's agent tasks (a seeded sample), tasks in config order:
     a task with a larger train split does not crowd out the others."""
     datasets = [store.open(uri) for uri in teacher.datasets]
-    by_task = agent_task_rows(load_split(datasets, "train", workdir / "prompts" / teacher.source), teacher.agent_tasks,
+    by_task = agent_task_rows(load_task_split(datasets, "train", workdir / "prompts" / teacher.source), teacher.agent_tasks,
                               data_seed)
     episodes = []
     for task in teacher.agent_tasks:

@@ -20,8 +20,7 @@ from rollout.agents.task_services import TaskServices
 from rollout.engine_settings import EngineSettings
 from rollout.engines import launch_engines
 from rollout.protocol import SamplingParams
-from stages.common.agent_tasks import agent_task_rows
-from stages.common.inputs import load_split
+from stages.common.agent_tasks import agent_task_rows, load_task_split
 from stages.evaluation.committed import committed_eval
 from stages.evaluation.settings import AgenticEvalSettings
 
@@ -39,7 +38,7 @@ def evaluate_agentic(store: ArtifactStore, checkpoint_uri: str, dataset_uris: li
 
     def run(workdir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
         tokenizer = load_tokenizer(checkpoint.download(workdir / "checkpoint"))
-        rows = agent_task_rows(load_split(datasets, "test", workdir / "data"), tasks, settings.seed)
+        rows = agent_task_rows(load_task_split(datasets, "test", workdir / "data"), tasks, settings.seed)
         specs = [RolloutSpec(f"eval-{task}-{i}", f"eval-{task}-{i}", task, row)
                  for task in sorted(tasks) for i, row in enumerate(rows[task][: settings.episodes_per_task])]
         with ExitStack() as stack:

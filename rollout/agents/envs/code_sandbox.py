@@ -50,6 +50,8 @@ REQUIRED_COMMANDS = {"bwrap": "bubblewrap", "setpriv": "util-linux", "prlimit": 
 # million): a random one from here is nobody else's, so its process count is the workspace's own.
 SANDBOX_UIDS = range(0x3F00_0000, 0x4000_0000)
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The PATH a sandboxed command sees: this venv's `python` first, then the host's system (bound read-only).
+SANDBOX_PATH = f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}"
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ class Workspace:
             # --die-with-parent: killing bwrap (our wall-clock limit, or this service dying) kills the
             # sandbox's init, and with it every process of its pid namespace, background ones included.
             "--die-with-parent", "--new-session", "--clearenv",
-            "--setenv", "PATH", f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}",  # `python`: this venv's
+            "--setenv", "PATH", SANDBOX_PATH,
             "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
             "--",
             "setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",

@@ -31,10 +31,12 @@ class WorkspaceClosed(RuntimeError):
     """The episode's workspace was closed before the episode ended (too many workspaces were open)."""
 
 
-def row_files(metadata: Mapping, field: str = "files", max_bytes: int = 4_000_000) -> dict[str, str]:
-    """The files `metadata[field]` holds (relative path -> text), checked as `check_row` does: ValueError names the field."""
+def row_files(metadata: Mapping, field: str = "files", max_bytes: int = 4_000_000,
+              allow_empty: bool = False) -> dict[str, str]:
+    """The files `metadata[field]` holds (relative path -> text), checked as `check_row` does: ValueError names the field.
+    `allow_empty`: a task may start from an empty folder (a terminal chore that makes its files from nothing)."""
     files = metadata.get(field)
-    if not isinstance(files, Mapping) or not files:
+    if not isinstance(files, Mapping) or not (files or allow_empty):
         raise ValueError(f"metadata.{field}: a code task row needs its files as a non-empty object of path -> text")
     for path, text in files.items():
         normal = posixpath.normpath(path) if isinstance(path, str) else ""

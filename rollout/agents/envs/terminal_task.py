@@ -4,6 +4,10 @@ The row's metadata holds the folder's `files` and its `check`, a bash command (s
 Each `bash` call runs in the sandbox and answers what it printed and its exit code, as the suite's reference
 trajectories show it (`shell_result`), with a note of any sandbox limit that acted. The episode succeeds when the
 check, run in the workspace as the episode left it, exits 0; the reply does not count.
+
+The folder may start empty (a chore that makes its files from nothing). A check may carry hidden files of its own:
+every sandbox command gets a fresh private /tmp, so what a check writes there no episode command ever sees
+(an imported Harbor task's tests run that way: data_prep/harbor_rows.py).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ class TerminalTask:
         self.workspaces = EpisodeWorkspaces(limits, max_workspaces)
 
     def check_row(self, reference: str, metadata: Mapping) -> None:
-        row_files(metadata)
+        row_files(metadata, allow_empty=True)
         if not isinstance(metadata.get("check"), str) or not metadata["check"].strip():
             raise ValueError("metadata.check: a terminal row needs the bash command that checks the episode's result")
 
@@ -45,4 +49,4 @@ class TerminalTask:
         self.workspaces.close(episode)
 
     def _workspace(self, episode: Episode) -> Workspace:
-        return self.workspaces.workspace(episode, lambda: row_files(episode.metadata))
+        return self.workspaces.workspace(episode, lambda: row_files(episode.metadata, allow_empty=True))

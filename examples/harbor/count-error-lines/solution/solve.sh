@@ -1,0 +1,2 @@
+#!/bin/bash
+grep -c ERROR server.log > error_count.txt

@@ -1,0 +1,5 @@
+#!/bin/bash
+cd reports
+for f in *.txt; do
+  mv -- "$f" "${f%.txt}.md"
+done
