@@ -127,8 +127,7 @@ class Engine:
             return completions, self.weight_version
 
     def _generate(self, batch: UniformBatch, generator: torch.Generator) -> list[Completion]:
-        # A batch that asks for its routed experts decodes a token at a time: they are captured per decoding step.
-        if self.speculative is not None and not (batch.return_routed_experts and self.moe_layers):
+        if self.speculative is not None:
             return self._generate_speculative(batch, generator)
         prompts, params = batch.prompts, batch.sampling
         ids, mask = (tensor.to(self.device) for tensor in left_padded(prompts, self.pad_id))
@@ -194,11 +193,14 @@ class Engine:
         want_prompt = batch.wants_prompt_logprobs()
         stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
         rows = Rows([min(params.max_new_tokens, self.max_context - len(p)) for p in prompts], stops)
-        logits = self.speculative.decode(ids, mask, positions, params, generator, rows, all_logits=want_prompt)
+        routed = RoutedPositions(self, prompts) if batch.return_routed_experts and self.moe_layers else None
+        logits = self.speculative.decode(ids, mask, positions, params, generator, rows, all_logits=want_prompt,
+                                         routed=routed)
         prompt_logprobs = _prompt_logprobs(logits, ids, prompts, batch.logprob_start_len) if want_prompt else None
         return [
             Completion(rows.outputs[i], rows.logprobs[i], rows.finish[i],
-                       None if prompt_logprobs is None else prompt_logprobs[i], None,
+                       None if prompt_logprobs is None else prompt_logprobs[i],
+                       None if routed is None else routed.of(i, len(rows.outputs[i]), batch.routed_from(i)),
                        rows.verify_steps[i], rows.drafted[i], rows.accepted[i])
             for i in range(len(prompts))
         ]
@@ -214,7 +216,7 @@ class Engine:
 class RoutedPositions:
     """The experts each prompt's positions were routed to over one `_generate`, gathered from the engine's
     routing capture after each forward: the prompt's own columns of the left-padded prefill, then one position
-    per decoding step of the rows still in the batch."""
+    per decoding step of the rows still in the batch (the positions that stood per verification step, speculating)."""
 
     def __init__(self, engine: Engine, prompts: list[list[int]]):
         self.engine, self.prompts = engine, prompts
@@ -230,6 +232,13 @@ class RoutedPositions:
         chosen = torch.stack(self.engine.routing.last(), dim=1)  # [active rows, moe layers, top_k]
         for position, row in enumerate(active):
             self.rows[row].append(chosen[position:position + 1])
+
+    def verified(self, active: list[int], width: int, kept: list[int]) -> None:
+        """After a speculative verification forward (rollout/engine/speculative.py)."""
+        chosen = torch.stack(self.engine.routing.last(), dim=1)  # [active rows × width, moe layers, top_k]
+        chosen = chosen.view(len(active), width, *chosen.shape[1:])
+        for position, row in enumerate(active):
+            self.rows[row].append(chosen[position, :kept[position]])
 
     def of(self, row: int, completion_tokens: int, start: int) -> np.ndarray:
         """SGLang's layout: every position run but the last sampled token's, all layers (zeros where a layer

@@ -26,6 +26,7 @@ ends, as in plain decoding.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -64,18 +65,36 @@ class Rows:
         return self.finish[row] is not None
 
 
+class RoutingRecord(Protocol):
+    """Where the routers' choices of each forward go (rollout/engine/generation.py's RoutedPositions)."""
+
+    def prefilled(self, width: int) -> None: ...
+
+    def verified(self, active: list[int], width: int, kept: list[int]) -> None:
+        """After a verification forward of `width` columns: row `active[i]` keeps its first `kept[i]` columns."""
+
+
 class SpeculativeDecoder:
     """`decode(ids, mask, positions, params, generator, rows)` after nothing: it runs the prefill itself (the model's
-    hidden states feed the draft). Returns the prompt's logits [B, W, V] when `all_logits`, else None."""
+    hidden states feed the draft). Returns the prompt's logits [B, W, V] when `all_logits`, else None.
+
+    With `routed`, the routers' choices at every position the sequence keeps go there, as plain decoding records
+    them (routing replay): the prompt's from the prefill, and from each verification forward the columns of the
+    tokens that stood (the fed token and the drafts before the last token taken). The verification forward is the
+    model's own over those tokens, so they are the experts the model routes them to; a draft's column that did not
+    stand is dropped with it."""
 
     def __init__(self, model: torch.nn.Module, steps: int):
         self.model, self.steps, self.drafter = model, steps, Drafter(model)
 
     def decode(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, params: SamplingParams,
-               generator: torch.Generator, rows: Rows, all_logits: bool = False) -> torch.Tensor | None:
+               generator: torch.Generator, rows: Rows, all_logits: bool = False,
+               routed: RoutingRecord | None = None) -> torch.Tensor | None:
         model, trunk = self.model, self.model.get_decoder()
         out = trunk(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         hidden, cache = out.last_hidden_state, out.past_key_values
+        if routed is not None:
+            routed.prefilled(ids.shape[1])
         logits = model.lm_head(hidden if all_logits else hidden[:, -1:])
         tokens, token_logprobs = sample(logits[:, -1].float(), params, generator)
         for row in range(len(rows.budgets)):
@@ -90,11 +109,11 @@ class SpeculativeDecoder:
         active = [row for row in range(len(rows.budgets)) if rows.finish[row] is None]
         state.select(torch.tensor(active, dtype=torch.long, device=ids.device), cache)
         while active:
-            active = self.verify(state, cache, params, generator, rows, active)
+            active = self.verify(state, cache, params, generator, rows, active, routed)
         return logits if all_logits else None
 
     def verify(self, state: Step, cache, params: SamplingParams, generator: torch.Generator, rows: Rows,
-               active: list[int]) -> list[int]:
+               active: list[int], routed: RoutingRecord | None = None) -> list[int]:
         """One verification step of every active row: its rows still decoding after it."""
         model, steps = self.model, self.steps
         draft_tokens, draft_probs = self.draft(state, params, generator)
@@ -111,7 +130,7 @@ class SpeculativeDecoder:
         stood, following = self.accept(draft_tokens, draft_probs, target, params, generator)
         next_tokens = torch.cat([draft_tokens, following[:, None]], dim=1)
         next_tokens.scatter_(1, stood[:, None], following[:, None])  # the drafts that stood, then the token after
-        ended = []
+        ended, kept = [], []
         for position, row in enumerate(active):
             count = int(stood[position])
             rows.verify_steps[row] += 1
@@ -122,6 +141,9 @@ class SpeculativeDecoder:
                 if rows.take(row, token, float(reported[position, index, token])):
                     ended.append(row)
                     break
+            kept.append(index + 1)  # each token taken was predicted at a fed column the sequence keeps
+        if routed is not None:
+            routed.verified(active, steps + 1, kept)
         # The model's cache got every fed column: those after the drafts that stood stay hidden from here on.
         real = torch.arange(steps + 1, device=fed.device)[None] <= stood[:, None]
         state.visible = torch.cat([state.visible, real], dim=1)
