@@ -43,7 +43,7 @@ from stages.common.prompts import parse_prompts, prompt_contract  # noqa: E402
 
 def heldout_prompts(store, suite: str, count: int, tokenizer, workdir: Path) -> list[list[int]]:
     """The first `count` prompts of the newest committed `suite` dataset's test split, as the RL stages render them."""
-    names = sorted(name for name in store.list_committed("datasets/") if f"/{suite}/" in f"/{name}/")
+    names = sorted(name for name in store.list_committed("datasets/") if name.rpartition("/")[2].rpartition("-")[0] == suite)
     if not names:
         raise SystemExit(f"no {suite} dataset in {store.root_uri}: run `make demo` first")
     artifact = store.open(names[-1])
