@@ -4,6 +4,7 @@ named, and nothing of an episode outlives it (no process, no workspace folder)."
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -12,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from rollout.agents.envs import code_sandbox
 from rollout.agents.envs.code_sandbox import SandboxLimits, SandboxUnavailable, open_workspace
 from tests.system_packages import ensure_debian_packages
 
 # Short limits keep each hostile command to a few seconds on a busy 2-core machine.
 TIGHT = SandboxLimits(cpu_s=1, wall_s=3, memory_mb=512, processes=32, file_mb=8, output_bytes=1000)
+CHECKOUT = Path(code_sandbox.__file__).resolve().parents[3]  # the repository the sandbox's module is in
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,6 +54,37 @@ def test_a_command_writes_and_runs_python_with_this_venv():
 
         pool = "import multiprocessing\nif __name__ == '__main__':\n    with multiprocessing.Pool(2) as pool: print(pool.map(abs, [-1, -2]))"
         assert workspace.run(["python", "-c", pool]).output == "[1, 2]\n"  # /dev/shm is there for its locks
+
+
+def test_shell_tools_and_python3_with_its_standard_library_work():
+    with open_workspace({"data.txt": "b 2\na 1\nc 3\n"}) as workspace:
+        shell = workspace.run("sort data.txt | grep -v c | sed 's/ /=/' | awk -F= '{s += $2} END {print NR, s}' > /var/tmp/sum"
+                              " && cat /tmp/sum && wc -l < data.txt && head -1 data.txt | cut -d' ' -f1 | tr a-z A-Z")
+        assert (shell.exit_code, shell.output) == (0, "2 3\n3\nB\n"), shell.output
+        stdlib = "import json, subprocess; print(json.dumps(subprocess.run(['echo', 'hi'], capture_output=True, text=True).stdout))"
+        python3 = workspace.run(["python3", "-c", stdlib])
+        assert (python3.exit_code, python3.output) == (0, '"hi\\n"\n'), python3.output
+
+
+def test_of_the_host_only_its_system_and_python_are_in_sight():
+    """What an agent could read to hack its reward is not there: the project checkout, the artifact store wherever it
+    is (a fresh folder under / stands for it), the test's working folder, home folders."""
+    store = Path(tempfile.mkdtemp(prefix="posttrain-store-", dir="/"))
+    store.chmod(0o755)  # world-readable, as an artifact store is: only its absence keeps it from the sandbox's user
+    (store / "answers.parquet").write_text("the hidden tests")
+    python = [Path(sys.prefix), Path(sys.base_prefix)]
+    try:
+        with open_workspace({}, TIGHT) as workspace:
+            for folder in [CHECKOUT, Path.cwd(), store, Path("/home"), Path("/root"), Path("/srv"), Path("/mnt")]:
+                # Only the way to the Python install shows: the venv in the checkout, pyenv's under /root.
+                on_the_way = {p.relative_to(folder).parts[0] for p in python if p.is_relative_to(folder) and p != folder}
+                listed = workspace.run(["ls", "-A", str(folder)])
+                shown = set(listed.output.split()) if listed.exit_code == 0 else set()
+                assert shown <= on_the_way and (listed.exit_code == 0 or "No such file" in listed.output), listed.output
+            read = workspace.run(["cat", str(store / "answers.parquet"), str(CHECKOUT / "pyproject.toml")])
+            assert read.exit_code != 0 and "the hidden tests" not in read.output and "[project]" not in read.output
+    finally:
+        shutil.rmtree(store)
 
 
 def test_a_folder_is_copied_and_the_original_left_alone(tmp_path):

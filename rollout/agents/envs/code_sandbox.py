@@ -2,10 +2,12 @@
 under bubblewrap.
 
 Each episode gets a fresh copy of its files in a temporary folder, seen inside the sandbox as /workspace, the
-one writable place besides a private /tmp. The host's system is bound read-only, the network is a namespace
-of its own (loopback only, not the host's), the host's temporary folder (where the other episodes'
-workspaces are) is covered by an empty tmpfs, and the workspace folder is removed when the episode ends,
-however it ends.
+one writable place besides a private /tmp. Of the host, a command sees only its system (/usr and the links
+into it, /etc) and the Python install the sandbox's `python` is, read-only: not the project checkout, the
+artifact store (the hidden tests and expected values, which an agent could read to hack its reward), home
+folders, the other episodes' workspaces (the host's temporary folder) or anything else. The network is a
+namespace of its own (loopback only, not the host's), and the workspace folder is removed when the episode
+ends, however it ends.
 
 Every command runs as a user id of its own (one per workspace, not root and with no capabilities), with
 rlimits on CPU time, address space, processes and file size, a wall-clock limit and a cap on the output
@@ -18,9 +20,8 @@ runs as host uid 0, still exempt: a fork bomb there went past its limit). So bwr
 user namespace, sets up the mounts, and `setpriv` drops to the workspace's unprivileged uid before the
 command starts: RLIMIT_NPROC counts that uid's processes host-wide, and since no other process ever runs
 as that uid, the count is this workspace's alone. The same uid also keeps ordinary file permissions in force
-inside (root's home and other users' files stay unreadable). A cgroup's pids.max would do it too, but
-cgroups are not writable on every machine these services run on; setpriv and prlimit are util-linux,
-which every Debian has.
+inside (/etc/shadow stays unreadable). A cgroup's pids.max would do it too, but cgroups are not writable
+on every machine these services run on; setpriv and prlimit are util-linux, which every Debian has.
 
 What rlimits cannot bound: memory and CPU time are per process (at worst `processes` times the limit, for
 no longer than the wall limit), and the workspace's total size only by `file_mb` per file and the wall time.
@@ -34,7 +35,6 @@ import selectors
 import shlex
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -49,8 +49,13 @@ REQUIRED_COMMANDS = {"bwrap": "bubblewrap", "setpriv": "util-linux", "prlimit": 
 # Far above any uid a Debian machine hands out (useradd stops at 60000, container id maps at a few
 # million): a random one from here is nobody else's, so its process count is the workspace's own.
 SANDBOX_UIDS = range(0x3F00_0000, 0x4000_0000)
+# The host's folders a command sees, read-only: its programs and libraries, and /etc (ld.so.cache, passwd and group,
+# certificates, locales, alternatives; /etc/shadow stays root's). Nothing else of the host: not the project checkout
+# nor the artifact store (the hidden tests and expected values a reward hack would read), /home, /root, /srv, /opt,
+# /mnt, /var; the Python install is added at its own path (_python_folders).
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# The PATH a sandboxed command sees: this venv's `python` first, then the host's system (bound read-only).
+# The PATH a sandboxed command sees: this venv's `python` first, then the host's system.
 SANDBOX_PATH = f"{os.path.dirname(sys.executable)}:{SYSTEM_PATH}"
 
 
@@ -145,9 +150,6 @@ class Workspace:
             "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(limits.tmp_mb * 2**20), "--tmpfs", "/tmp",
             # POSIX semaphores (multiprocessing's locks) live in /dev/shm, which bwrap's /dev leaves root's.
             "--perms", "1777", "--size", str(limits.tmp_mb * 2**20), "--tmpfs", "/dev/shm",
-            # /run holds the host services' unix sockets (postgres, dbus), and a socket on a read-only mount
-            # still accepts connections: an empty /run instead.
-            "--tmpfs", "/run",
             "--bind", str(self.path), INSIDE, "--chdir", INSIDE, "--remount-ro", "/",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox",
             # --die-with-parent: killing bwrap (our wall-clock limit, or this service dying) kills the
@@ -201,43 +203,39 @@ def _check_machine() -> None:
 
 
 def _system_mounts() -> list[str]:
-    """The host's / read-only, entry by entry so that /workspace can be made on bwrap's own root, with the
-    host's temporary folder hidden, and the Python install made reachable where it sits in a folder the
-    sandbox's user may not enter (pyenv under /root, mode 0700)."""
+    """The system folders read-only (links into /usr kept as links), empty /run and /var, and the Python the sandbox's
+    `python` is, each at its own path through folders made only to reach it (see SYSTEM_FOLDERS for what stays out)."""
     mounts = []
-    for entry in sorted(os.listdir("/")):
-        host = f"/{entry}"
-        if entry in ("dev", "proc", "tmp", "run"):  # made fresh below
-            continue
-        if os.path.islink(host):
-            mounts += ["--symlink", os.readlink(host), host]
-        else:
-            mounts += ["--ro-bind", host, host]
-    host_temp = os.path.realpath(tempfile.gettempdir())
-    if host_temp != "/tmp":  # /tmp is a fresh tmpfs already
-        mounts += ["--tmpfs", host_temp]
-    python_folders = _outermost({sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))})
-    closed = {folder: _first_closed_folder(folder) for folder in python_folders}
-    for hidden in sorted(set(closed.values()) - {None}):  # an empty folder in its place, the sandbox may enter
-        mounts += ["--tmpfs", hidden]
-    for folder, hidden in closed.items():
-        if hidden:  # bound back, through folders made enterable (bwrap would make them 0700)
-            between = [p for p in reversed(Path(folder).parents) if p.is_relative_to(hidden) and str(p) != hidden]
-            mounts += [arg for step in between for arg in ("--perms", "0755", "--dir", str(step))]
+    for folder in SYSTEM_FOLDERS:
+        if os.path.islink(folder):
+            mounts += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
             mounts += ["--ro-bind", folder, folder]
+    # Tools expect /run and /var/tmp; the host's hold its services' unix sockets (a socket on a read-only mount still
+    # accepts connections), package state, logs and spools. /var/tmp is the private /tmp. Every folder on the way to
+    # a path is made with --dir (0755): those bwrap makes by itself are 0700, root's, closed to the sandbox's user.
+    mounts += ["--dir", "/run", "--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
+    python_folders = _python_folders()
+    for folder in python_folders:
+        mounts += [arg for step in reversed(Path(folder).parents) if str(step) != "/" for arg in ("--dir", str(step))]
+        mounts += ["--ro-bind", folder, folder]
+    host_temp = os.path.realpath(tempfile.gettempdir())
+    if any(Path(host_temp).is_relative_to(folder) for folder in [*SYSTEM_FOLDERS, *python_folders]):
+        mounts += ["--tmpfs", host_temp]  # the other episodes' workspaces are there
     return mounts
+
+
+def _python_folders() -> list[str]:
+    """The venv the sandbox's `python` is (its packages run Harbor tasks' tests: pytest) and the interpreter it was
+    made from, where no system folder holds them already. A venv inside the project checkout is bound alone: the
+    checkout's other files stay out (its editable install's path then names a folder holding only the venv)."""
+    folders = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    return _outermost({folder for folder in folders if not any(Path(folder).is_relative_to(system)
+                                                              for system in SYSTEM_FOLDERS)})
 
 
 def _outermost(folders: set[str]) -> list[str]:
     return sorted(f for f in folders if not any(f != o and Path(f).is_relative_to(o) for o in folders))
-
-
-def _first_closed_folder(folder: str) -> str | None:
-    """The outermost folder on the way to `folder` that other users may not enter, if any."""
-    for step in reversed([Path(folder), *Path(folder).parents]):
-        if not os.stat(step).st_mode & stat.S_IXOTH:
-            return str(step)
-    return None
 
 
 def _end_processes_of(uid: int) -> None:
