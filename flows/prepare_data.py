@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from functools import cache
 from pathlib import Path
 
 from prefect import task
@@ -15,6 +16,7 @@ from flows.stage_table import BY_NAME
 from infra.references import resolve_checkpoint, resolve_dataset
 from infra.store import open_store
 from model.checks import ModelCheckError
+from suites.prepare import TASK_ROW_SUITES
 
 
 @task
@@ -39,24 +41,26 @@ def prepare_data(spec: PipelineSpec, base: Path, triggered_by: str = "posttrain 
                     for suite, sizes in suites.items()}
             init = (import_model(store, spec, base, triggered_by) if spec.model.path is not None
                     else resolve_checkpoint(store, spec.model.checkpoint, "model.checkpoint"))
-        # An embedded suite stands for the data of the contract the stage reads.
+        # An embedded suite stands for the data of the contract the stage reads it as (cached: stages share them).
         publishers = {CHAT_V1.id: lambda suite: chat[suite],
-                      PROMPT_V1.id: lambda suite: publish_prompts(store, suite, suites[suite], spec.seed, Path(workdir),
-                                                                  triggered_by)[0].uri,
+                      PROMPT_V1.id: cache(lambda suite: publish_prompts(store, suite, suites[suite], spec.seed,
+                                                                        Path(workdir), triggered_by)[0].uri),
                       PREFERENCE_V1.id: lambda suite: publish_preferences(store, suite, suites[suite], spec.seed,
                                                                           Path(workdir), triggered_by)[0].uri}
 
         def resolve(stage: str, index: int, reference: str) -> str:
             if reference in suites:
-                return publishers[BY_NAME[stage].contract.id](reference)
+                return publishers[BY_NAME[stage].config.suite_contract(reference).id](reference)
             if reference in imported:
                 return imported[reference]
             return resolve_dataset(store, reference, f"stages.{stage}.datasets[{index}]")
 
         named = {stage: {ref: resolve(stage, i, ref) for i, ref in enumerate(section.datasets)}
                  for stage, section in spec.stages if section is not None and hasattr(section, "datasets")}
+        # A code task's suite that SFT trains on is evaluated by playing its held-out episodes: from its task rows.
+        played = {suite: publishers[PROMPT_V1.id](suite) for suite in named.get("sft", {}) if suite in TASK_ROW_SUITES}
     return {"stages": {stage: sorted(uris.values()) for stage, uris in named.items()},
-            "evaluated": chat | named.get("sft", {}), "init_checkpoint": init}
+            "evaluated": chat | named.get("sft", {}) | played, "init_checkpoint": init}
 
 
 def import_model(store, spec: PipelineSpec, base: Path, triggered_by: str) -> str:

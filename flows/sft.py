@@ -5,13 +5,16 @@ from __future__ import annotations
 from prefect import flow, task
 
 from flows.cards import publish_stage
+from flows.engine_pool import leased_engines
 from flows.eval_log import logged
 from flows.job import named_by_its_run_id, train_stage, with_flow_provenance
 from flows.results import StageResult, Trained
 from flows.stage_checks import validate_stage_inputs
 from infra.store import open_store
+from rollout.engine_settings import EngineSettings
 from stages.evaluation.committed import evaluate_checkpoint
 from stages.evaluation.settings import EvalSettings
+from stages.evaluation.tool_tasks import evaluate_task_episodes, task_datasets
 from stages.sft.config import SftConfig
 
 
@@ -23,7 +26,15 @@ def train_sft(config: SftConfig) -> Trained:
 @task
 def evaluate(store_root: str | None, checkpoint: str, datasets: dict[str, str], settings: EvalSettings,
              attention: tuple[str, ...]) -> dict:
-    return logged(checkpoint, evaluate_checkpoint(open_store(store_root), checkpoint, datasets, settings, attention))
+    store = open_store(store_root)
+    results = evaluate_checkpoint(store, checkpoint, datasets, settings, attention)
+    if task_datasets(store, datasets) and "sparse" in results:
+        # The code tasks' episodes, on an engine of the pipeline's pool (else one started for them): it serves the
+        # model as it is served, with sparse attention.
+        with leased_engines(checkpoint, exclusive=False) as engines:
+            results["sparse"] |= evaluate_task_episodes(store, checkpoint, datasets, settings,
+                                                        engines or EngineSettings())
+    return logged(checkpoint, results)
 
 
 @flow(name="sft", log_prints=True, on_failure=[named_by_its_run_id])

@@ -153,6 +153,10 @@ SUITES: dict[str, Callable[[str, int, int], list[Example]]] = {
     "chat": _chat_examples,
     "judge": _judge_examples,  # verdicts against anchors: SFT on it makes a checkpoint a GRM judge
 }
+# Agent-task suites whose episodes are posed from what only their prompt@1 rows carry (the repository and its hidden
+# tests, the folder and its checker), not from their conversations as search and calc are: a stage or evaluation
+# that plays their episodes reads those task rows.
+TASK_ROW_SUITES = ("swe", "terminal")
 PREFERENCE_SUITES: dict[str, Callable[[str, int, int], list[Pair]]] = {
     "instruct": _instruct_pairs,
     "chat": _chat_pairs,

@@ -249,6 +249,8 @@ def distinct_words(rng: random.Random, with_error: bool) -> TerminalProblem:
     path, out = f"words_{rng.randint(10, 9999)}.txt", f"distinct_{rng.randint(10, 99)}.txt"
     vocabulary = rng.sample(WORDS, rng.randint(4, 7))
     words = vocabulary + rng.choices(vocabulary, k=rng.randint(3, 6))
+    while max(map(words.count, words)) > (len(words) + 1) // 2:  # no order keeps its copies apart (it hung): redraw
+        words = vocabulary + rng.choices(vocabulary, k=len(words) - len(vocabulary))
     while words == sorted(words) or any(a == b for a, b in zip(words, words[1:], strict=False)):
         rng.shuffle(words)  # unsorted, no neighbours alike: uniq alone keeps every duplicate
     text = "".join(f"{word}\n" for word in words)

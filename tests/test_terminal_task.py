@@ -54,6 +54,14 @@ def test_a_script_that_prints_a_fixed_answer_fails_its_checker():
         assert workspace.run(problem.check).exit_code != 0
 
 
+def test_a_large_draw_keeps_every_distinct_words_input_unsorted_with_no_neighbours_alike():
+    # 400 at seed 0 once hung: a word drawn so often that no order kept its copies apart was shuffled forever.
+    problems = [e.problem for e in terminal.generate(400, seed=0) if e.problem.family == "distinct_words"]
+    for problem in problems:
+        [words] = [text.split() for text in problem.files.values()]
+        assert words != sorted(words) and all(a != b for a, b in zip(words, words[1:], strict=False)), words
+
+
 def test_every_reference_trajectory_succeeds_through_the_service(service):
     for episode in EPISODES:
         results, verdict = replay_through(service, episode.id, episode.messages, episode.problem.solution,

@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
+from data_contracts.contract import Contract
 from rollout.agents.orchestrator import EpisodeSettings
 from rollout.engine_settings import EngineSettings
 from stages.agentic.importance import ImportanceSettings
@@ -23,6 +24,7 @@ from stages.common.config import (
     StageIO,
 )
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, Seed, nested
+from suites.prepare import TASK_ROW_SUITES
 
 
 class AgenticRecipe(BaseModel):
@@ -84,3 +86,9 @@ class AgenticRlConfig(AgenticRecipe, StageIO):
     def accepts_contract(cls, contract_id: str | None) -> bool:
         """chat@1 suites, and prompt@1 task rows that carry their task's metadata (an imported Harbor dataset)."""
         return contract_id in (CHAT_V1.id, PROMPT_V1.id)
+
+    @classmethod
+    def suite_contract(cls, suite: str) -> Contract:
+        """A code task's suite (swe, terminal) as its task rows, which carry the repository or folder its episodes
+        need; the others (search, calc) as their conversations, which pose their episodes as they always have."""
+        return PROMPT_V1 if suite in TASK_ROW_SUITES else CHAT_V1

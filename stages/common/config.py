@@ -76,6 +76,11 @@ class StageIO(BaseModel):
         """Whether a dataset published under `contract_id` is one this stage reads."""
         return contract_id == cls.dataset_contract.id
 
+    @classmethod
+    def suite_contract(cls, suite: str) -> Contract:
+        """The contract an embedded suite named in `datasets` is published as for this stage."""
+        return cls.dataset_contract
+
     @property
     def resume_prefix(self) -> str:
         return f"{self.output_name}-steps/"
