@@ -57,3 +57,8 @@ def _run(command: list[str]) -> None:
     )
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed with exit code {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+
+
+def ensure_bubblewrap() -> None:
+    """What the code sandbox runs commands with (rollout/agents/envs/code_sandbox.py)."""
+    ensure_debian_packages("bubblewrap", "util-linux", commands=("bwrap", "setpriv", "prlimit"))

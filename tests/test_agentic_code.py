@@ -23,7 +23,7 @@ from stages.evaluation.tool_tasks import task_datasets
 from suites.prepare import SuiteSizes
 from tests.rollout_checks import check_advantages
 from tests.stage_jobs import run_stage_job
-from tests.system_packages import ensure_debian_packages
+from tests.system_packages import ensure_bubblewrap
 
 TASKS = ("swe", "terminal")
 SPEC = SPEC_DIR / "agentic-code.yaml"
@@ -31,7 +31,7 @@ SPEC = SPEC_DIR / "agentic-code.yaml"
 
 @pytest.fixture(scope="module", autouse=True)
 def bubblewrap():
-    ensure_debian_packages("bubblewrap", "util-linux", commands=("bwrap", "setpriv", "prlimit"))
+    ensure_bubblewrap()
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,12 @@ from suites import code
 from suites.answers import fenced_python
 from suites.code_cases import FunctionCases
 from suites.prepare import SUITES, SuiteSizes, prompt_splits, suite_splits
-from tests.system_packages import ensure_debian_packages
+from tests.system_packages import ensure_bubblewrap
 
 
 @pytest.fixture(scope="module", autouse=True)
 def bubblewrap():
-    ensure_debian_packages("bubblewrap", "util-linux", commands=("bwrap", "setpriv", "prlimit"))
+    ensure_bubblewrap()
 
 
 def turn(reply: str, reasoning: str = "Plan the function.") -> str:

@@ -9,7 +9,7 @@ from posttrain.cli import app
 from rewards.catalog import ENTRY_POINT_GROUP, builtin_modules, installed_modules
 from rewards.contract import check_contract, fixture_batch
 from rollout.process import EngineProcess
-from tests.system_packages import ensure_debian_packages
+from tests.system_packages import ensure_bubblewrap
 
 runner = CliRunner()
 
@@ -59,7 +59,7 @@ CODE = "rewards.verifiers.CodeTests"
 @pytest.fixture
 def code_params():
     """The code verifier runs completions under bubblewrap (rollout/agents/envs/code_sandbox.py); defaults suffice."""
-    ensure_debian_packages("bubblewrap", "util-linux", commands=("bwrap", "setpriv", "prlimit"))
+    ensure_bubblewrap()
 
 
 @pytest.fixture(scope="module")

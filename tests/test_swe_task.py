@@ -23,14 +23,14 @@ from suites import swe
 from suites.swe_templates import FAMILIES, TEMPLATES
 from tests.code_task_checks import FINAL_TURN, task_service, tool_turn
 from tests.code_task_checks import replay as replay_through
-from tests.system_packages import ensure_debian_packages
+from tests.system_packages import ensure_bubblewrap
 
 EPISODES = swe.generate(40, seed=11)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def bubblewrap():
-    ensure_debian_packages("bubblewrap", "util-linux", commands=("bwrap", "setpriv", "prlimit"))
+    ensure_bubblewrap()
 
 
 @pytest.fixture(scope="module")

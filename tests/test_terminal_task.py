@@ -13,14 +13,14 @@ from rollout.agents.envs.terminal_task import LIMITS
 from suites import terminal
 from tests.code_task_checks import FINAL_TURN, task_service, tool_turn
 from tests.code_task_checks import replay as replay_through
-from tests.system_packages import ensure_debian_packages
+from tests.system_packages import ensure_bubblewrap
 
 EPISODES = terminal.generate(36, seed=5, error_rate=0.5)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def bubblewrap():
-    ensure_debian_packages("bubblewrap", "util-linux", commands=("bwrap", "setpriv", "prlimit"))
+    ensure_bubblewrap()
 
 
 @pytest.fixture(scope="module")
