@@ -146,8 +146,9 @@ class Workspace:
     def _bwrap_argv(self) -> list[str]:
         limits = self.limits
         return [
-            "bwrap", *_system_mounts(),
-            "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(limits.tmp_mb * 2**20), "--tmpfs", "/tmp",
+            # The private /tmp first: a Python install under the host's /tmp (a checkout there) is bound back into it.
+            "bwrap", "--perms", "1777", "--size", str(limits.tmp_mb * 2**20), "--tmpfs", "/tmp", *_system_mounts(),
+            "--dev", "/dev", "--proc", "/proc",
             # POSIX semaphores (multiprocessing's locks) live in /dev/shm, which bwrap's /dev leaves root's.
             "--perms", "1777", "--size", str(limits.tmp_mb * 2**20), "--tmpfs", "/dev/shm",
             "--bind", str(self.path), INSIDE, "--chdir", INSIDE, "--remount-ro", "/",
