@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,8 +95,12 @@ def test_the_tests_are_not_in_the_agents_view_during_the_episode(imported, servi
     row = next(row for row in imported[2] if row["id"] == "count-error-lines")
     service.call("/reset", episode_id="look", messages=row["messages"], reference=row["reference_answer"],
                  metadata=row["metadata"])
-    looks = {"listing": "find . /tmp -mindepth 1 | sort", "verifier folders": "ls /tests /logs",
-             "fixture": "grep -rl 'hidden fixture' . /tmp; echo searched"}
+    # A Python install under the host's /tmp (a checkout there) is bound back into the sandbox's /tmp: not the tests.
+    prefix = Path(sys.prefix).resolve()
+    python = f"/tmp/{prefix.relative_to('/tmp').parts[0]}" if prefix.is_relative_to("/tmp") else "/nonexistent"
+    looks = {"listing": f"find . /tmp -mindepth 1 -path {python} -prune -o -print | sort",
+             "verifier folders": "ls /tests /logs",
+             "fixture": f"grep -rl --exclude-dir={Path(python).name} 'hidden fixture' . /tmp; echo searched"}
     seen = {name: service.call("/step", episode_id="look", text=tool_turn("bash", command=command))["tool_results"][0]
             for name, command in looks.items()}
     assert seen["listing"] == "./server.log", seen
