@@ -24,6 +24,7 @@ its DSA indexer, kept and saved for SGLang and GLM-5's tooling, is not trained h
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,9 +112,11 @@ def attach_mtp(model: nn.Module) -> MtpLayer | None:
         return mtp_layer(model)
     if count > 1:
         raise MtpConfigError(f"config {MTP_LAYERS} is {count}: posttrain carries GLM-5's one MTP layer")
-    if getattr(model.config, "model_type", None) != "glm_moe_dsa":
-        raise MtpConfigError(f"config {MTP_LAYERS}: MTP is carried for glm_moe_dsa models, not "
-                             f"{model.config.model_type!r}")
+    if getattr(model.config, "model_type", None) != "glm_moe_dsa":  # GLM-4.5's glm4_moe declares one too
+        warnings.warn(f"config {MTP_LAYERS} is {count}, but MTP is carried for glm_moe_dsa models only, not "
+                      f"{model.config.model_type!r}: its MTP tensors are not loaded, and a checkpoint saved from it "
+                      "has none", stacklevel=2)
+        return None
     if (existing := mtp_layer(model)) is not None:
         return existing
     trunk = model.get_decoder()

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from data_prep.prepare import prepare
 from infra.store import open_store
+from model.mtp import attach_mtp
 from stages.common.config import ComputeSettings, HeldoutSettings, OptimizerSettings
 from stages.common.training_engine import deepspeed_config, step_shape
 from suites.prepare import SuiteSizes
@@ -108,6 +109,7 @@ def test_zero3_on_two_ranks_matches_one_rank_and_saves_the_trained_model_whole(s
     # What the trainer's ranks held, consolidated by DeepSpeed's own tool from their ZeRO-3 shards.
     shards = get_fp32_state_dict_from_zero_checkpoint(str(local / "deepspeed"), tag="step-8")
     trainer = AutoModelForCausalLM.from_config(saved.config).eval()
+    attach_mtp(trainer)  # the shards hold the MTP layer too (model/mtp.py), which plain transformers drops
     trainer.load_state_dict({key.removeprefix("causal_lm."): value for key, value in shards.items()})
     prompt = torch.tensor([[5, 17, 42, 9, 33, 8]])
     greedy = {"do_sample": False, "max_new_tokens": 16, "min_new_tokens": 16}

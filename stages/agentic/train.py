@@ -63,8 +63,8 @@ def train(config: AgenticRlConfig, stage: StageInputs) -> str:
     # its rollouts have turns.
     shape = step_shape(config.groups_per_step * config.group_size * dist.world_size, dist.world_size,
                        config.compute.micro_batch_size, "groups_per_step × group_size")
-    mtp = mtp_training(model, config.mtp, config.optimizer)
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
+    mtp = mtp_training(model, config.mtp, config.optimizer)
     pass_rates = pass_rates_for(config.difficulty, config.group_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, record=config.record,
                                      parts={"pass_rates": pass_rates} if pass_rates else None)

@@ -160,7 +160,9 @@ class MtpSettings(BaseModel):
     states detached: its loss moves no weight of the model's own."""
 
     model_config = STRICT
-    train: bool = Field(True, description="train the MTP layer on this stage's samples; off: frozen, saved as loaded")
+    train: bool | None = Field(None, description=(
+        "train the MTP layer on this stage's samples; false: frozen, saved as loaded; default: trained, except under "
+        "ZeRO-3 (which partitions it outside the model's forward), where it stays frozen"))
     depths: int = Field(3, ge=1, le=8, description="depths its one layer is trained at (GLM-5: 3)")
     loss_weight: float = Field(0.3, gt=0, le=10, description="its loss's weight beside the stage's own")
 

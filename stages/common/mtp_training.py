@@ -15,6 +15,9 @@ weights are in the checkpoint)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from fnmatch import fnmatch
+
 import torch
 import torch.distributed as dist
 
@@ -26,9 +29,16 @@ from stages.common.config import MtpSettings, OptimizerSettings
 class MtpTraining:
     """`loss(…)` a batch's MTP loss, `accumulate(part)` its share's gradients, `step(lr)` after the model's step."""
 
-    def __init__(self, layer: torch.nn.Module, settings: MtpSettings, optimizer: OptimizerSettings):
+    def __init__(self, layer: torch.nn.Module, settings: MtpSettings, optimizer: OptimizerSettings,
+                 frozen: set[int] = frozenset()):
         self.settings, self.grad_clip = settings, optimizer.grad_clip
-        self.parameters = [p for p in layer.parameters() if p.requires_grad]
+        # The whole layer but its DSA indexer, which no MTP loss reaches (its attention is dense here, model/mtp.py),
+        # and the weights the stage freezes by name (`frozen`: their ids).
+        self.parameters = [p for name, p in layer.named_parameters()
+                           if ".indexer." not in f".{name}" and id(p) not in frozen]
+        layer.requires_grad_(False)
+        for parameter in self.parameters:
+            parameter.requires_grad_(True)
         self._optimizer_settings = optimizer
         self.masters: list[torch.Tensor] | None = None  # made at the first step: after a resume has loaded weights
         self.optimizer: torch.optim.Optimizer | None = None
@@ -82,20 +92,26 @@ class MtpTraining:
                                            betas=(0.9, 0.95))
 
 
-def mtp_training(model: torch.nn.Module, settings: MtpSettings, optimizer: OptimizerSettings) -> MtpTraining | None:
-    """Before the engine is built: the stage's MTP training for `model`, or None where it carries no MTP layer or
-    the stage freezes it (its parameters then take no gradient and stay as loaded). Call `trained_apart` on the
-    parameters the engine's optimizer gets."""
+def mtp_training(model: torch.nn.Module, settings: MtpSettings, optimizer: OptimizerSettings,
+                 frozen: Sequence[str] = ()) -> MtpTraining | None:
+    """After the engine is built (whose optimizer leaves the layer out: `trained_apart`, and whose LoRA, where asked,
+    froze every other weight): the stage's MTP training for `model`, or None where it carries no MTP layer or the
+    layer stays frozen (its parameters then take no gradient and are saved as loaded). `frozen`: the stage's globs
+    of parameter names to keep as loaded, the MTP layer's included.
+
+    ZeRO-3 partitions every weight of the model, the MTP layer's too, and gathers them only inside the model's
+    forward, which the layer is not part of: there it stays frozen by default, and `mtp.train: true` is refused."""
     layer = mtp_layer(model)
     if layer is None:
         return None
-    if not settings.train:
-        layer.requires_grad_(False)
-        return None
-    if optimizer.zero_stage == 3:
+    if optimizer.zero_stage == 3 and settings.train:
         raise ValueError("mtp.train: the MTP layer trains beside DeepSpeed's optimizer, which ZeRO-3 would partition "
                          "it under; use optimizer.zero_stage 0-2, or mtp.train: false to keep it frozen")
-    return MtpTraining(layer, settings, optimizer)
+    if settings.train is False or optimizer.zero_stage == 3:
+        layer.requires_grad_(False)
+        return None
+    kept = {id(p) for name, p in model.named_parameters() if any(fnmatch(name, pattern) for pattern in frozen)}
+    return MtpTraining(layer, settings, optimizer, kept)
 
 
 def trained_apart(model: torch.nn.Module) -> set[int]:
@@ -109,7 +125,7 @@ def mtp_record(model: torch.nn.Module, settings: MtpSettings | None) -> MtpRecor
     layer = mtp_layer(model)
     if layer is None:
         return None
-    trained = settings is not None and settings.train and any(p.requires_grad for p in layer.parameters())
+    trained = settings is not None and settings.train is not False and any(p.requires_grad for p in layer.parameters())
     return MtpRecord(layers=1, trained=trained, depths=settings.depths if trained else None)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from model.device import resolved_precision
+from model.mtp import mtp_layer
 from stages.common.config import ComputeSettings, OptimizerSettings, per_rank
 
 
@@ -94,8 +95,11 @@ def adapt_model(model: torch.nn.Module, compute: ComputeSettings) -> None:
     if compute.lora.rank:
         from peft import LoraConfig, inject_adapter_in_model
 
+        # The MTP layer (model/mtp.py) trains whole beside the engine, or stays frozen: no adapters in it.
+        mtp = mtp_layer(causal_lm)
         config = LoraConfig(r=compute.lora.rank, lora_alpha=compute.lora.alpha, lora_dropout=0.0,
-                            target_modules=list(compute.lora.targets))
+                            target_modules=list(compute.lora.targets),
+                            exclude_modules=None if mtp is None else rf"model\.layers\.{mtp.layer_idx}\..*")
         try:
             inject_adapter_in_model(config, causal_lm)
         except ValueError as error:  # peft names the targets it could not find

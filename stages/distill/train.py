@@ -67,8 +67,8 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
     routing = RoutingLayout.of(model)  # a MoE student's engine returns each position's experts
     replayed = ReplayedRouting(model) if routing is not None else None
     shape = step_shape(config.prompts_per_step, dist.world_size, config.compute.micro_batch_size, "prompts_per_step")
-    mtp = mtp_training(model, config.mtp, config.optimizer)
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size)
+    mtp = mtp_training(model, config.mtp, config.optimizer)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, teachers=teachers,
                                      record=config.record)
     start_step = checkpointer.resume()

@@ -63,8 +63,8 @@ def run_grpo(config: ReasoningRlConfig | GeneralRlConfig, stage: StageInputs, pr
 
     shape = step_shape(config.prompts_per_step * config.group_size, dist.world_size, config.compute.micro_batch_size,
                        "prompts_per_step × group_size")
-    mtp = mtp_training(model, config.mtp, config.optimizer)
     engine = rl_training_engine(model, config.optimizer, config.compute, shape, dist.world_size, frozen=config.frozen)
+    mtp = mtp_training(model, config.mtp, config.optimizer, config.frozen)
     pass_rates = pass_rates_for(config.difficulty, config.group_size)
     checkpointer = StageCheckpointer(config, stage, engine, engine.module, tokenizer, reward_refs=reward_refs,
                                      record=config.record, parts={"pass_rates": pass_rates} if pass_rates else None)

@@ -46,9 +46,9 @@ def train(config: SftConfig, stage: StageInputs) -> str:
                 modes=samples.modes, heldout_samples=len(heldout_samples))
 
     shape = step_shape(config.global_batch_size, dist.world_size, config.compute.micro_batch_size, "global_batch_size")
-    mtp = mtp_training(model, config.mtp, config.optimizer)
     adapt_model(model, config.compute)
     engine = build_engine(model, config, schedule, shape, dist.world_size)
+    mtp = mtp_training(model, config.mtp, config.optimizer)
     checkpointer = StageCheckpointer(config, stage, engine, model, tokenizer)
     start_step = checkpointer.resume()
     finite = FiniteSteps(config.optimizer.nonfinite_skips, config.stage_name)
