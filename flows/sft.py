@@ -44,8 +44,9 @@ def sft(config: SftConfig, datasets_by_suite: dict[str, str] | None = None,
 
     Args:
         config: the SFT run: init checkpoint, datasets, schedule, optimizer, compute and where it runs.
-        datasets_by_suite: the held-out evaluation's datasets by suite (arith, search, calc, ...): a name, NAME:latest
-            or a URI each; empty: no suite is evaluated.
+        datasets_by_suite: the held-out evaluation's datasets by suite (arith, search, calc, ...; swe and terminal as
+            their task rows, prompt@1, played as agent episodes on an engine): a name, NAME:latest or a URI each;
+            empty: no suite is evaluated.
         eval_settings: how the checkpoints before and after are evaluated (samples per suite, tokens per answer).
     """
     config = with_flow_provenance(config)
