@@ -10,8 +10,9 @@ each figure is the median over rounds with its range, the speed ratios per round
 
 Per arm: decode tokens/s (every completion token over the wall time of the batch, prefill included), acceptance
 length (completion tokens per verification step, SGLang's spec_accept_length: 1 + the drafts that stood), the
-share of drafts that stood, and the mean completion length (a dead arm shows: greedy completions are the same
-tokens in every arm; sampled ones differ by the draws, not in distribution).
+share of drafts that stood, the mean completion length and the stage's reward (arith's exact-match accuracy): a
+dead arm shows (greedy completions are the same tokens in every arm; sampled ones differ by the draws, not in
+distribution).
 
     .venv/bin/python bench/speculative.py --store S [--checkpoint reasoning_rl:latest --suite arith --prompts 64
                                                      --new-tokens 96 --temperature 1.0 --rounds 3]
@@ -35,13 +36,15 @@ from bench.rounds import alternate, machine, ratio_spread, spread  # noqa: E402
 from infra.references import resolve_checkpoint  # noqa: E402
 from infra.store import open_artifact, open_store  # noqa: E402
 from model.tokenizer import load_tokenizer  # noqa: E402
+from rewards.protocol import RewardSample  # noqa: E402
+from rewards.verifiers import ArithExactMatch  # noqa: E402
 from rollout.engine.generation import Engine  # noqa: E402
 from rollout.protocol import SamplingParams, UniformBatch  # noqa: E402
 from stages.common.inputs import download_once, load_split  # noqa: E402
-from stages.common.prompts import parse_prompts, prompt_contract  # noqa: E402
+from stages.common.prompts import RlPrompt, parse_prompts, prompt_contract  # noqa: E402
 
 
-def heldout_prompts(store, suite: str, count: int, tokenizer, workdir: Path) -> list[list[int]]:
+def heldout_prompts(store, suite: str, count: int, tokenizer, workdir: Path) -> list[RlPrompt]:
     """The first `count` prompts of the newest committed `suite` dataset's test split, as the RL stages render them."""
     names = sorted(name for name in store.list_committed("datasets/") if name.rpartition("/")[2].rpartition("-")[0] == suite)
     if not names:
@@ -49,15 +52,20 @@ def heldout_prompts(store, suite: str, count: int, tokenizer, workdir: Path) -> 
     artifact = store.open(names[-1])
     contract = prompt_contract(artifact)
     prompts = parse_prompts(load_split([artifact], "test", workdir, contract), contract, tokenizer)
-    return [prompt.prompt_ids for prompt in prompts[:count]]
+    return prompts[:count]
 
 
-def run_arm(engine: Engine, prompts: list[list[int]], params: SamplingParams) -> dict:
+def run_arm(engine: Engine, prompts: list[RlPrompt], params: SamplingParams, tokenizer) -> dict:
     started = time.perf_counter()
-    completions, _ = engine.generate(UniformBatch(prompts, params))
+    completions, _ = engine.generate(UniformBatch([prompt.prompt_ids for prompt in prompts], params))
     seconds = time.perf_counter() - started
     tokens = sum(len(c.output_ids) for c in completions)
-    figures = {"tokens_per_s": tokens / seconds, "seconds": seconds, "completion_length": tokens / len(completions)}
+    # The stage's own reward: an arm whose output is not the model's would show here before in the speed.
+    samples = [RewardSample(prompt.messages, tokenizer.decode(c.output_ids, skip_special_tokens=False),
+                            prompt.reference) for prompt, c in zip(prompts, completions, strict=True)]
+    rewards = ArithExactMatch()(samples)
+    figures = {"tokens_per_s": tokens / seconds, "seconds": seconds, "completion_length": tokens / len(completions),
+               "accuracy": sum(r or 0.0 for r in rewards) / len(rewards)}
     steps = sum(c.spec_verify_ct or 0 for c in completions)
     if steps:
         figures["accept_length"] = tokens / steps
@@ -70,7 +78,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="the demo's store (make demo)")
     parser.add_argument("--checkpoint", default="reasoning_rl:latest")
-    parser.add_argument("--suite", default="arith", help="whose held-out prompts (a suite's dataset in the store)")
+    parser.add_argument("--suite", default="arith", help="whose held-out prompts (a suite's dataset in the store); "
+                                                               "accuracy is arith's exact match")
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--temperature", type=float, default=1.0, help="RL's sampling; 0 decodes greedily")
@@ -89,13 +98,15 @@ def main() -> None:
     checkpoint = resolve_checkpoint(store, args.checkpoint, "--checkpoint")
     with tempfile.TemporaryDirectory(prefix="speculative-bench-") as tmp:
         local = download_once(open_artifact(checkpoint), Path(tmp) / "checkpoint")
-        prompts = heldout_prompts(store, args.suite, args.prompts, load_tokenizer(local), Path(tmp))
+        tokenizer = load_tokenizer(local)
+        prompts = heldout_prompts(store, args.suite, args.prompts, tokenizer, Path(tmp))
         engines = {f"draft_{k}": Engine(local, seed=args.seed, speculative_steps=k) for k in args.draft_steps}
         params = SamplingParams(temperature=args.temperature, max_new_tokens=args.new_tokens)
         for engine in engines.values():  # warm-up, untimed
-            engine.generate(UniformBatch(prompts[:4], params.model_copy(update={"max_new_tokens": 8})))
-        runs = alternate({name: (lambda _round, e=engine: run_arm(e, prompts, params)) for name, engine in engines.items()},
-                         args.rounds)
+            engine.generate(UniformBatch([p.prompt_ids for p in prompts[:4]],
+                                         params.model_copy(update={"max_new_tokens": 8})))
+        runs = alternate({name: (lambda _round, e=engine: run_arm(e, prompts, params, tokenizer))
+                          for name, engine in engines.items()}, args.rounds)
     plain = [run["tokens_per_s"] for run in runs["draft_0"]]
     arms = {}
     for name, rounds in runs.items():

@@ -269,16 +269,23 @@ class Drafter:
     def logits(self, output: torch.Tensor) -> torch.Tensor:
         return F.linear(self.layer.shared_head.norm(output), self.head)
 
+    def _project(self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor):
+        """The layer's input from hidden states [B, S, H] and the tokens after them [B, S] at `positions` [B, S]:
+        (that input, its queries (no-rope, rope parts), its keys (latents, rotary keys))."""
+        layer = self.layer
+        x = layer.project(hidden, F.embedding(tokens, self.embedding))
+        normed = layer.input_layernorm(x)
+        _, q_nope, q_rope, latent, k_rope = mla_projections(layer.self_attn, normed,
+                                                            rotary(self.model, normed, positions))
+        return x, q_nope, q_rope, latent[:, 0], k_rope[:, 0]
+
     def extend(self, cache: DraftCache | None, hidden: torch.Tensor, next_tokens: torch.Tensor,
                positions: torch.Tensor, valid: torch.Tensor) -> tuple[DraftCache, torch.Tensor]:
         """Positions [B, S] whose model hidden state `hidden` [B, S, H] and following token `next_tokens` are
         known (`valid` [B, S]; the rest are holes no later query sees), at the rotary positions of those tokens:
         their keys appended to `cache`, their outputs [B, S, H] returned."""
         layer, attention = self.layer, self.layer.self_attn
-        x = layer.project(hidden, F.embedding(next_tokens, self.embedding))
-        normed = layer.input_layernorm(x)
-        _, q_nope, q_rope, latent, k_rope = mla_projections(attention, normed, rotary(self.model, normed, positions))
-        latent, k_rope = latent[:, 0], k_rope[:, 0]
+        x, q_nope, q_rope, latent, k_rope = self._project(hidden, next_tokens, positions)
         if cache is None:
             cache = DraftCache(latent, k_rope, valid)
         else:
@@ -296,11 +303,7 @@ class Drafter:
         `position` [B], attending over the cache and the chain's earlier positions (`pending`, not stored).
         Returns (its output [B, H], the chain's keys with its own)."""
         layer, attention = self.layer, self.layer.self_attn
-        x = layer.project(output[:, None], F.embedding(token[:, None], self.embedding))
-        normed = layer.input_layernorm(x)
-        _, q_nope, q_rope, latent, k_rope = mla_projections(attention, normed,
-                                                            rotary(self.model, normed, position[:, None]))
-        latent, k_rope = latent[:, 0], k_rope[:, 0]
+        x, q_nope, q_rope, latent, k_rope = self._project(output[:, None], token[:, None], position[:, None])
         if pending is not None:
             latent, k_rope = torch.cat([pending[0], latent], 1), torch.cat([pending[1], k_rope], 1)
         latents, k_ropes = torch.cat([cache.latents, latent], 1), torch.cat([cache.k_ropes, k_rope], 1)

@@ -14,6 +14,7 @@ from tests.orm_fixtures import trained_orm  # noqa: F401
 from tests.pipeline_fixtures import smoke_pipeline  # noqa: F401
 from tests.s3_server import faulty_proxy, moto_endpoint, s3_root, store_root  # noqa: F401
 from tests.sft_fixtures import nan_init, small_store, two_local_ranks_losses  # noqa: F401
+from tests.system_packages import bubblewrap  # noqa: F401
 
 # The tests' own reward modules (tests.*) are an operator's allow-listed package; every stage job and
 # `posttrain ui` the tests start inherits it.

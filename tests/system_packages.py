@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
 from filelock import FileLock
 
 # One lock for the machine: two pytest-xdist workers finding the same commands missing must not run
@@ -62,3 +63,9 @@ def _run(command: list[str]) -> None:
 def ensure_bubblewrap() -> None:
     """What the code sandbox runs commands with (rollout/agents/envs/code_sandbox.py)."""
     ensure_debian_packages("bubblewrap", "util-linux", commands=("bwrap", "setpriv", "prlimit"))
+
+
+@pytest.fixture(scope="session")
+def bubblewrap() -> None:
+    """For a test module of the code sandbox's: `pytestmark = pytest.mark.usefixtures("bubblewrap")`."""
+    ensure_bubblewrap()

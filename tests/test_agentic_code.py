@@ -29,15 +29,12 @@ from stages.evaluation.tool_tasks import episode_settings, evaluate_task_episode
 from suites.prepare import SuiteSizes
 from tests.rollout_checks import check_advantages
 from tests.stage_jobs import run_stage_job
-from tests.system_packages import ensure_bubblewrap
 
 TASKS = ("swe", "terminal")
 SPEC = SPEC_DIR / "agentic-code.yaml"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def bubblewrap():
-    ensure_bubblewrap()
+pytestmark = pytest.mark.usefixtures("bubblewrap")
 
 
 @pytest.fixture(scope="module")

@@ -15,16 +15,13 @@ import pytest
 
 from rollout.agents.envs import code_sandbox
 from rollout.agents.envs.code_sandbox import SandboxLimits, SandboxUnavailable, open_workspace
-from tests.system_packages import ensure_bubblewrap
 
 # Short limits keep each hostile command to a few seconds on a busy 2-core machine.
 TIGHT = SandboxLimits(cpu_s=1, wall_s=3, memory_mb=512, processes=32, file_mb=8, output_bytes=1000)
 CHECKOUT = Path(code_sandbox.__file__).resolve().parents[3]  # the repository the sandbox's module is in
 
 
-@pytest.fixture(scope="module", autouse=True)
-def bubblewrap():
-    ensure_bubblewrap()
+pytestmark = pytest.mark.usefixtures("bubblewrap")
 
 
 def processes_of(workspace) -> list[str]:

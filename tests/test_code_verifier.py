@@ -19,12 +19,8 @@ from suites import code
 from suites.answers import fenced_python
 from suites.code_cases import FunctionCases
 from suites.prepare import SUITES, SuiteSizes, prompt_splits, suite_splits
-from tests.system_packages import ensure_bubblewrap
 
-
-@pytest.fixture(scope="module", autouse=True)
-def bubblewrap():
-    ensure_bubblewrap()
+pytestmark = pytest.mark.usefixtures("bubblewrap")
 
 
 def turn(reply: str, reasoning: str = "Plan the function.") -> str:

@@ -22,14 +22,11 @@ from posttrain.cli import app
 from stages.agentic.config import AgenticRlConfig
 from stages.common.agent_tasks import agent_task_rows, load_task_split
 from tests.code_task_checks import FINAL_TURN, task_service, tool_turn
-from tests.system_packages import ensure_bubblewrap
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "harbor"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def bubblewrap():
-    ensure_bubblewrap()
+pytestmark = pytest.mark.usefixtures("bubblewrap")
 
 
 @pytest.fixture(scope="module")

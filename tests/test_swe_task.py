@@ -23,14 +23,11 @@ from suites import swe
 from suites.swe_templates import FAMILIES, TEMPLATES
 from tests.code_task_checks import FINAL_TURN, task_service, tool_turn
 from tests.code_task_checks import replay as replay_through
-from tests.system_packages import ensure_bubblewrap
 
 EPISODES = swe.generate(40, seed=11)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def bubblewrap():
-    ensure_bubblewrap()
+pytestmark = pytest.mark.usefixtures("bubblewrap")
 
 
 @pytest.fixture(scope="module")

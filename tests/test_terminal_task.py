@@ -13,14 +13,11 @@ from rollout.agents.envs.terminal_task import LIMITS
 from suites import terminal
 from tests.code_task_checks import FINAL_TURN, task_service, tool_turn
 from tests.code_task_checks import replay as replay_through
-from tests.system_packages import ensure_bubblewrap
 
 EPISODES = terminal.generate(36, seed=5, error_rate=0.5)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def bubblewrap():
-    ensure_bubblewrap()
+pytestmark = pytest.mark.usefixtures("bubblewrap")
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from model.routing import RoutingCapture, moe_layers
 from rollout.engine.decode_step import DecodeStep, covers
 from rollout.engine.sampling import sample
 from rollout.engine.speculative import Rows, SpeculativeDecoder
-from rollout.protocol import FinishReason, UniformBatch
+from rollout.protocol import FinishReason, SamplingParams, UniformBatch
 
 
 class PromptError(ValueError):
@@ -140,8 +140,7 @@ class Engine:
         if routed is not None:
             routed.prefilled(ids.shape[1])
         prompt_logprobs = _prompt_logprobs(out.logits, ids, prompts, batch.logprob_start_len) if want_prompt else None
-        budgets = [min(params.max_new_tokens, self.max_context - len(p)) for p in prompts]
-        stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
+        budgets, stops = self._budgets(prompts, params), self._stops(params)
         outputs: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
         finish: list[FinishReason | None] = [
@@ -191,8 +190,7 @@ class Engine:
         ids, mask = (tensor.to(self.device) for tensor in left_padded(prompts, self.pad_id))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         want_prompt = batch.wants_prompt_logprobs()
-        stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
-        rows = Rows([min(params.max_new_tokens, self.max_context - len(p)) for p in prompts], stops)
+        rows = Rows(self._budgets(prompts, params), self._stops(params))
         routed = RoutedPositions(self, prompts) if batch.return_routed_experts and self.moe_layers else None
         logits = self.speculative.decode(ids, mask, positions, params, generator, rows, all_logits=want_prompt,
                                          routed=routed)
@@ -204,6 +202,13 @@ class Engine:
                        rows.verify_steps[i], rows.drafted[i], rows.accepted[i])
             for i in range(len(prompts))
         ]
+
+    def _budgets(self, prompts: list[list[int]], params: SamplingParams) -> list[int]:
+        """New tokens each prompt may take: the request's, within the context."""
+        return [min(params.max_new_tokens, self.max_context - len(p)) for p in prompts]
+
+    def _stops(self, params: SamplingParams) -> set[int]:
+        return set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache, visible: torch.Tensor) -> torch.Tensor:
         """The next-token logits [B, V] after one token per row, its keys appended to `cache`."""
