@@ -10,8 +10,8 @@ forward (which runs `layers[:num_hidden_layers]`) never sees it.
 
 One layer serves every depth, as GLM-5 trains it (3 depths sharing one set of parameters): at depth k the input
 at a position is the depth k−1 output there (the model's hidden state at depth 1) with the embedding of the token
-k positions ahead, and the output predicts the token after that (`mtp_loss`). Drafting (rollout/engine/) chains it
-the same way, a token at a time.
+k positions ahead, and the output predicts the token after that (`mtp_loss`). Drafting (rollout/engine/drafter.py)
+chains it the same way, a token at a time.
 
 What is trained: the layer alone. Its inputs (the model's hidden states, the embedding) and the LM head it reads are
 used detached, so its loss moves none of the model's own weights: an RL stage's policy gradient stays the policy's
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,7 +33,7 @@ from torch import nn
 from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import GlmMoeDsaDecoderLayer, GlmMoeDsaRMSNorm
 
 from model.dsa import mla_projections
-from model.dsa_gather import latent_dense_attention, masked_attention
+from model.dsa_gather import masked_attention
 
 # The config field GLM-5 (and DeepSeek-V3) name their MTP layers by.
 MTP_LAYERS = "num_nextn_predict_layers"
@@ -240,73 +239,3 @@ def self_attention(layer: MtpLayer, model: nn.Module, x: torch.Tensor, position_
     q_resid, q_nope, q_rope, latent, k_rope = mla_projections(attention, normed, rotary(model, normed, position_ids))
     output, _ = masked_attention(attention, q_nope, q_rope, latent, k_rope, allowed)
     return attention.o_proj(output)
-
-
-@dataclass
-class DraftCache:
-    """The MTP layer's keys over what a batch has decoded: latents [B, T, L], rotary keys [B, T, R], and which
-    columns hold a real position (`visible` [B, T]). Speculative columns are never stored."""
-
-    latents: torch.Tensor
-    k_ropes: torch.Tensor
-    visible: torch.Tensor
-
-    def select(self, rows: torch.Tensor) -> None:
-        self.latents, self.k_ropes, self.visible = self.latents[rows], self.k_ropes[rows], self.visible[rows]
-
-
-class Drafter:
-    """The MTP layer of a served model (no gradient): `extend` appends positions whose model hidden state is known
-    to the draft cache and returns their outputs; `draft` chains the layer from an output, a token at a time."""
-
-    def __init__(self, model: nn.Module):
-        self.model, self.layer = model, mtp_layer(model)
-        if self.layer is None:
-            raise MtpConfigError(f"speculative decoding drafts with the model's MTP layer; its config has no "
-                                 f"{MTP_LAYERS}")
-        self.embedding, self.head = model.get_input_embeddings().weight, model.lm_head.weight
-
-    def logits(self, output: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.layer.shared_head.norm(output), self.head)
-
-    def _project(self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor):
-        """The layer's input from hidden states [B, S, H] and the tokens after them [B, S] at `positions` [B, S]:
-        (that input, its queries (no-rope, rope parts), its keys (latents, rotary keys))."""
-        layer = self.layer
-        x = layer.project(hidden, F.embedding(tokens, self.embedding))
-        normed = layer.input_layernorm(x)
-        _, q_nope, q_rope, latent, k_rope = mla_projections(layer.self_attn, normed,
-                                                            rotary(self.model, normed, positions))
-        return x, q_nope, q_rope, latent[:, 0], k_rope[:, 0]
-
-    def extend(self, cache: DraftCache | None, hidden: torch.Tensor, next_tokens: torch.Tensor,
-               positions: torch.Tensor, valid: torch.Tensor) -> tuple[DraftCache, torch.Tensor]:
-        """Positions [B, S] whose model hidden state `hidden` [B, S, H] and following token `next_tokens` are
-        known (`valid` [B, S]; the rest are holes no later query sees), at the rotary positions of those tokens:
-        their keys appended to `cache`, their outputs [B, S, H] returned."""
-        layer, attention = self.layer, self.layer.self_attn
-        x, q_nope, q_rope, latent, k_rope = self._project(hidden, next_tokens, positions)
-        if cache is None:
-            cache = DraftCache(latent, k_rope, valid)
-        else:
-            cache = DraftCache(torch.cat([cache.latents, latent], 1), torch.cat([cache.k_ropes, k_rope], 1),
-                               torch.cat([cache.visible, valid], 1))
-        span, keys = x.shape[1], cache.visible.shape[1]
-        causal = torch.ones(span, keys, dtype=torch.bool, device=x.device).tril(keys - span)
-        allowed = (cache.visible[:, None, :] & causal[None])[:, None]  # [B, 1, S, T]
-        output = latent_dense_attention(attention, q_nope, q_rope, cache.latents, cache.k_ropes, allowed)
-        return cache, layer.feed_forward(x, attention.o_proj(output))
-
-    def chain(self, cache: DraftCache, output: torch.Tensor, token: torch.Tensor, position: torch.Tensor,
-              pending: tuple[torch.Tensor, torch.Tensor] | None):
-        """One more draft position: the layer's output `output` [B, H] as the hidden state before `token` [B] at
-        `position` [B], attending over the cache and the chain's earlier positions (`pending`, not stored).
-        Returns (its output [B, H], the chain's keys with its own)."""
-        layer, attention = self.layer, self.layer.self_attn
-        x, q_nope, q_rope, latent, k_rope = self._project(output[:, None], token[:, None], position[:, None])
-        if pending is not None:
-            latent, k_rope = torch.cat([pending[0], latent], 1), torch.cat([pending[1], k_rope], 1)
-        latents, k_ropes = torch.cat([cache.latents, latent], 1), torch.cat([cache.k_ropes, k_rope], 1)
-        allowed = torch.cat([cache.visible, cache.visible.new_ones(latent.shape[:2])], 1)[:, None, None]
-        attended = latent_dense_attention(attention, q_nope, q_rope, latents, k_ropes, allowed)
-        return layer.feed_forward(x, attention.o_proj(attended))[:, 0], (latent, k_rope)

@@ -1,7 +1,8 @@
 """The engine's own decoding step (rollout/engine/decode_step.py) against transformers' forward of the same model:
 the same logits, the same cache, the same routed experts, step after step from a left-padded prefill, before and
 past the DSA top-k, on the preset and on a model that takes its other paths (a "shared" indexer layer, biases,
-group-limited routing over more experts than the every-expert rule covers)."""
+group-limited routing over more experts than the every-expert rule covers); and over several tokens per row at
+once, as a speculative verification feeds them."""
 
 import copy
 
@@ -63,6 +64,42 @@ def test_each_decoding_step_is_the_models_forward(tokenizer, variant):
         assert (got - expected).abs().max() < 1e-4
         assert all(torch.equal(a, b) for a, b in zip(routing.last(), routed, strict=True))
         tokens = expected.argmax(-1)
+    assert visible.shape[-1] > topk + 10
+    for mine, stock in zip(ours.layers, theirs.layers, strict=True):
+        for a, b in ((mine.keys, stock.keys), (mine.values, stock.values), (mine.indexer_keys, stock.indexer_keys)):
+            assert (a is None and b is None) or (a.shape == b.shape and (a - b).abs().max() < 1e-5)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@torch.inference_mode()
+def test_several_tokens_per_row_are_the_models_forward_over_them(tokenizer, variant):
+    """A speculative verification's forward: 4 tokens per row at once, each seeing its row's visible keys and the
+    tokens before it, earlier columns hidden where drafts did not stand; before and past the top-k."""
+    model = served(tokenizer, variant)
+    routing, step = RoutingCapture(model), DecodeStep(model)
+    routing.recording = True
+    generator = torch.Generator().manual_seed(1)
+    topk, fed = model.config.index_topk, 4
+    prompts = [torch.randint(10, 1000, (length,), generator=generator).tolist() for length in (topk - 6, 30, 7)]
+    ids, mask = left_padded(prompts, model.config.pad_token_id)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    theirs, ours = out.past_key_values, copy.deepcopy(out.past_key_values)
+    visible, next_position = mask.bool(), positions[:, -1] + 1
+    causal = torch.ones(fed, fed, dtype=torch.bool).tril()
+    for _ in range(6):
+        tokens = torch.randint(10, 1000, (len(prompts), fed), generator=generator)
+        fed_positions = next_position[:, None] + torch.arange(fed)
+        allowed = torch.cat([visible[:, None].expand(-1, fed, -1), causal.expand(len(prompts), -1, -1)], dim=2)
+        expected = model.get_decoder()(input_ids=tokens, attention_mask=allowed[:, None], position_ids=fed_positions,
+                                       cache=theirs, use_cache=True).last_hidden_state
+        routed = routing.last()
+        got = step.forward(tokens, fed_positions, ours, ~allowed)
+        assert (got - expected).abs().max() < 1e-4
+        assert all(torch.equal(a, b) for a, b in zip(routing.last(), routed, strict=True))
+        stood = torch.randint(0, fed, (len(prompts),), generator=generator)  # the columns after it stay hidden
+        visible = torch.cat([visible, torch.arange(fed)[None] <= stood[:, None]], dim=1)
+        next_position = next_position + stood + 1
     assert visible.shape[-1] > topk + 10
     for mine, stock in zip(ours.layers, theirs.layers, strict=True):
         for a, b in ((mine.keys, stock.keys), (mine.values, stock.values), (mine.indexer_keys, stock.indexer_keys)):

@@ -6,8 +6,9 @@ import torch
 from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 
 from model.dsa import set_dense_attention
-from model.mtp import attach_mtp
+from model.mtp import attach_mtp, mtp_layer, self_attention
 from model.presets import PRESETS, load_model
+from rollout.engine.drafter import Drafter
 from rollout.engine.generation import Engine
 from rollout.engine.sampling import sampling_distribution
 from rollout.protocol import SamplingParams, UniformBatch
@@ -116,3 +117,35 @@ def test_a_checkpoint_without_an_mtp_layer_cannot_speculate_and_says_so(tokenize
     GlmMoeDsaForCausalLM(config).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="MTP layer"):
         Engine(tmp_path, speculative_steps=2)
+
+
+@torch.inference_mode()
+def test_the_drafter_computes_the_mtp_layer_s_own_forward(checkpoint):
+    """The drafter's lean operations (rollout/engine/drafter.py) against the MTP layer's modules as its loss runs
+    them: over a prompt's positions (`extend`) and one chained position after them (`chain`)."""
+    model = load_model(checkpoint)
+    set_dense_attention(model, False)
+    layer, generator = mtp_layer(model), torch.Generator().manual_seed(0)
+    for name, parameter in layer.named_parameters():  # norms away from their init of ones, which hides a swap
+        if "norm" in name:
+            parameter.uniform_(0.5, 1.5, generator=generator)
+    drafter = Drafter(model)
+    ids = torch.tensor(prompts((30, 30), seed=3))
+    batch, length = ids.shape
+    hidden = model.get_decoder()(input_ids=ids).last_hidden_state
+    following = torch.cat([ids[:, 1:], ids[:, :1]], dim=1)
+    positions = torch.arange(1, length + 1).expand(batch, -1)
+
+    def module_forward(inputs, tokens, at):
+        x = layer.project(inputs, model.get_input_embeddings()(tokens))
+        causal = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril().expand(batch, 1, -1, -1)
+        return layer.feed_forward(x, self_attention(layer, model, x, at, causal))
+
+    cache, outputs = drafter.extend(None, hidden, following, positions, torch.ones_like(ids, dtype=torch.bool))
+    assert (outputs - module_forward(hidden, following, positions)).abs().max() < 1e-4
+    token = drafter.logits(outputs[:, -1]).argmax(-1)
+    chained = drafter.chain(cache, outputs[:, -1], token, positions[:, -1] + 1, 0)
+    expected = module_forward(torch.cat([hidden, outputs[:, -1:]], dim=1), torch.cat([following, token[:, None]], 1),
+                              torch.arange(1, length + 2).expand(batch, -1))[:, -1]
+    assert (chained - expected).abs().max() < 1e-4
+    assert (drafter.logits(chained) - model.lm_head(layer.shared_head.norm(expected))).abs().max() < 1e-3

@@ -100,7 +100,9 @@ class FoldedAttention:
     indexer: FoldedIndexer | None
 
 
-def fold_attention(attention) -> FoldedAttention:
+def fold_attention(attention, with_indexer: bool = True) -> FoldedAttention:
+    """`attention`'s weights folded for serving; `with_indexer` False leaves its DSA indexer out (a layer that
+    attends densely: the MTP layer drafting)."""
     heads, nope, rope, latent = attention.num_heads, attention.qk_nope_head_dim, attention.qk_rope_head_dim, \
         attention.kv_lora_rank
     dtype = attention.q_b_proj.weight.dtype
@@ -115,7 +117,7 @@ def fold_attention(attention) -> FoldedAttention:
     biases = [q_a.bias, kv_a.bias if kv_a.bias is None else
               torch.cat([kv_a.bias[:latent], rotary_rows(kv_a.bias[latent:, None])[:, 0]])]
     indexer = None
-    if attention.indexer is not None:
+    if attention.indexer is not None and with_indexer:
         stock = attention.indexer
         index_heads, width, index_rope = stock.n_heads, stock.head_dim, stock.qk_rope_head_dim
         order = torch.cat([torch.arange(0, index_rope, 2), torch.arange(1, index_rope, 2),
@@ -145,7 +147,11 @@ def fold_attention(attention) -> FoldedAttention:
 class DecodeStep:
     """`step(tokens, positions, cache, visible)`: the next-token logits [B, V] of a batch decoding one token per row,
     its keys appended to `cache` (transformers' DynamicCache, as the prefill left it). `visible` is the [B, 1, 1, T]
-    mask the engine keeps (every key a row has, the new one included)."""
+    mask the engine keeps (every key a row has, the new one included).
+
+    `forward(tokens, positions, cache, masked)`: the same over S tokens per row at once (a speculative verification:
+    the last sampled token and the drafts after it), each query hiding the keys `masked` [B, S, T] says; returns the
+    model's last hidden states [B, S, H] (after its final norm, what its LM head and the MTP layer read)."""
 
     def __init__(self, model: torch.nn.Module):
         self.model, self.trunk = model, model.get_decoder()
@@ -157,10 +163,13 @@ class DecodeStep:
         self.layers = [fold_attention(layer.self_attn) for layer in main_layers(self.trunk)]
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache, visible: torch.Tensor) -> torch.Tensor:
+        hidden = self.forward(tokens[:, None], positions[:, None], cache, ~visible[:, 0])
+        return F.linear(hidden[:, 0], self.model.lm_head.weight)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache, masked: torch.Tensor) -> torch.Tensor:
         trunk = self.trunk
-        hidden = F.embedding(tokens, trunk.embed_tokens.weight)  # [B, hidden]
-        cos, sin = (half[:, 0] for half in trunk.rotary_emb(hidden, positions[:, None]))  # [B, R]
-        masked = ~visible[:, 0, 0, :]  # [B, T]
+        hidden = F.embedding(tokens, trunk.embed_tokens.weight)  # [B, S, hidden]
+        cos, sin = trunk.rotary_emb(hidden, positions)  # [B, S, R]
         index = next((layer.indexer for layer in self.layers if layer.indexer is not None), None)
         # The indexer's heads are wider than the rotary part: the rest passes unturned (cos 1, sin 0).
         turning = None if index is None else (F.pad(cos, (0, index.width - cos.shape[-1]), value=1.0),
@@ -171,57 +180,93 @@ class DecodeStep:
                                              turning, cache, layer_idx, masked, selected)
             hidden = hidden + attended
             hidden = hidden + feed_forward(layer.mlp, rms(hidden, layer.post_attention_layernorm))
-        return F.linear(rms(hidden, trunk.norm), self.model.lm_head.weight)
+        return rms(hidden, trunk.norm)
 
     def attend(self, folded: FoldedAttention, attention, x, cos, sin, turning, cache, layer_idx: int,
                masked: torch.Tensor, selected: torch.Tensor | None):
-        batch = x.shape[0]
-        heads, latent_width, rope = attention.num_heads, attention.kv_lora_rank, attention.qk_rope_head_dim
-        q_a, kv, *index_key = F.linear(x, folded.inputs, folded.inputs_bias).split(folded.widths, dim=-1)
-        q_resid = rms_weighted(q_a, folded.q_a_norm, folded.q_a_eps)
-        from_q_resid = F.linear(q_resid, folded.from_q_resid)
-        q = from_q_resid[:, :heads * (latent_width + 2 * rope)].view(batch, heads, latent_width + 2 * rope)
-        q_latent = q[..., :latent_width]
-        q_rope = q[..., latent_width:latent_width + rope] * cos[:, None] + q[..., latent_width + rope:] * sin[:, None]
-        latent = rms_weighted(kv[:, :latent_width], folded.kv_norm, folded.kv_eps)
-        k_rope = kv[:, latent_width:latent_width + rope] * cos + kv[:, latent_width + rope:] * sin
-        latents, k_ropes = cache.update(latent.view(batch, 1, 1, -1), k_rope.view(batch, 1, 1, -1), layer_idx)
-        latents, k_ropes = latents[:, 0], k_ropes[:, 0]  # [B, T, L], [B, T, R]
+        projected = project(folded, attention, x, cos, sin)
+        latents, k_ropes = cache.update(projected.latent[:, None], projected.k_rope[:, None], layer_idx)
         if folded.indexer is not None:
-            index_queries = from_q_resid[:, heads * (latent_width + 2 * rope):]
-            selected = select_keys(folded.indexer, x, index_key[0], index_queries, turning, cache, layer_idx, masked)
-        if selected is not None:  # each row's selected keys only: [B, k, ·]
-            rows = selected + torch.arange(batch, device=selected.device)[:, None] * latents.shape[1]
-            latents, k_ropes = (part.flatten(0, 1)[rows] for part in (latents, k_ropes))
-            masked = masked.gather(1, selected)
-        logits = torch.baddbmm(torch.bmm(q_rope, k_ropes.transpose(1, 2)), q_latent, latents.transpose(1, 2))
-        logits.masked_fill_(masked[:, None, :], torch.finfo(logits.dtype).min)
-        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32)).to(q.dtype)
-        out = torch.bmm(torch.bmm(probs, latents).transpose(0, 1), folded.w_uv)  # [H, B, Dv]
-        return F.linear(out.transpose(0, 1).reshape(batch, -1), folded.o_proj, folded.o_bias), selected
+            selected = select_keys(folded.indexer, x, projected.index_key, projected.index_queries, turning, cache,
+                                   layer_idx, masked)
+        attended = latent_attention(folded, projected.q_latent, projected.q_rope, latents[:, 0], k_ropes[:, 0], masked,
+                                    selected)
+        return F.linear(attended, folded.o_proj, folded.o_bias), selected
+
+
+@dataclass
+class Projected:
+    """One layer's queries and new keys for S tokens per row, rotary applied (rotate-half order, as cached)."""
+
+    q_latent: torch.Tensor  # [B, S, H, L]: absorbed, scaled
+    q_rope: torch.Tensor  # [B, S, H, R]: scaled
+    latent: torch.Tensor  # [B, S, L]: normed
+    k_rope: torch.Tensor  # [B, S, R]
+    index_key: torch.Tensor | None  # [B, S, Di]: before its norm
+    index_queries: torch.Tensor | None  # [B, S, Hi · 2Di]: before rotary
+
+
+def project(folded: FoldedAttention, attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Projected:
+    batch, span = x.shape[:2]
+    heads, latent_width, rope = attention.num_heads, attention.kv_lora_rank, attention.qk_rope_head_dim
+    q_a, kv, *index_key = F.linear(x, folded.inputs, folded.inputs_bias).split(folded.widths, dim=-1)
+    q_resid = rms_weighted(q_a, folded.q_a_norm, folded.q_a_eps)
+    from_q_resid = F.linear(q_resid, folded.from_q_resid)
+    query_width = heads * (latent_width + 2 * rope)
+    q = from_q_resid[..., :query_width].view(batch, span, heads, latent_width + 2 * rope)
+    q_rope = q[..., latent_width:latent_width + rope] * cos[:, :, None] + q[..., latent_width + rope:] * sin[:, :, None]
+    latent = rms_weighted(kv[..., :latent_width], folded.kv_norm, folded.kv_eps)
+    k_rope = kv[..., latent_width:latent_width + rope] * cos + kv[..., latent_width + rope:] * sin
+    indexed = folded.indexer is not None
+    return Projected(q[..., :latent_width], q_rope, latent, k_rope, index_key[0] if indexed else None,
+                     from_q_resid[..., query_width:] if indexed else None)
+
+
+def latent_attention(folded: FoldedAttention, q_latent, q_rope, latents, k_ropes, masked: torch.Tensor,
+                     selected: torch.Tensor | None) -> torch.Tensor:
+    """The heads' outputs [B, S, H·Dv] (before o_proj) of queries [B, S, H, ·] over keys [B, T, ·] in MLA's latent
+    space: every key but the `masked` [B, S, T] ones, or each query's `selected` [B, S, k] only."""
+    batch, span, heads, latent_width = q_latent.shape
+    if selected is None:  # one [S·H, L+R] × [L+R, T] product per row
+        q_latent, q_rope = q_latent.reshape(batch, span * heads, -1), q_rope.reshape(batch, span * heads, -1)
+    else:  # each query's selected keys: [B·S, k, ·]
+        topk = selected.shape[-1]
+        rows = (selected + torch.arange(batch, device=selected.device)[:, None, None] * latents.shape[1]).flatten(1)
+        latents, k_ropes = (part.flatten(0, 1)[rows].view(batch * span, topk, -1) for part in (latents, k_ropes))
+        masked = masked.gather(2, selected)
+        q_latent, q_rope = q_latent.reshape(batch * span, heads, -1), q_rope.reshape(batch * span, heads, -1)
+    logits = torch.baddbmm(torch.bmm(q_rope, k_ropes.transpose(1, 2)), q_latent, latents.transpose(1, 2))
+    logits.view(batch, span, heads, -1).masked_fill_(masked[:, :, None, :], torch.finfo(logits.dtype).min)
+    probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32)).to(q_latent.dtype)
+    out = torch.bmm(probs, latents).view(batch * span, heads, latent_width)
+    return torch.bmm(out.transpose(0, 1), folded.w_uv).transpose(0, 1).reshape(batch, span, -1)  # [H, B·S, Dv] first
 
 
 def select_keys(indexer: FoldedIndexer, x, key, queries, turning, cache, layer_idx: int, masked) -> torch.Tensor | None:
-    """The indexer's key of the new token (`key`, before its norm) appended to the cache, and each row's
-    `stable_topk` keys [B, k] in key order; None (every key) while no row has more keys than the top-k, as
+    """The indexer's keys of the new tokens (`key` [B, S, Di], before its norm) appended to the cache, and each
+    query's `stable_topk` keys [B, S, k] in key order; None (every key) while no row has more keys than the top-k, as
     `DsaAttention` does."""
     cos, sin = turning
     key = F.layer_norm(key, (indexer.width,), indexer.key_norm, indexer.key_norm_bias, indexer.key_eps)
-    keys = cache.update_indexer((key * cos + (key @ indexer.turn) * sin)[:, None], layer_idx)  # [B, T, Di]
+    keys = cache.update_indexer(key * cos + (key @ indexer.turn) * sin, layer_idx)  # [B, T, Di]
     if keys.shape[1] <= indexer.topk:
         return None
-    q = queries.view(x.shape[0], indexer.heads, 2 * indexer.width)
-    q = q[..., :indexer.width] * cos[:, None] + q[..., indexer.width:] * sin[:, None]
-    per_head = torch.bmm(q.float(), keys.float().transpose(1, 2)).relu_()  # [B, Hi, T]
+    batch, span = x.shape[:2]
+    q = queries.view(batch, span, indexer.heads, 2 * indexer.width)
+    q = q[..., :indexer.width] * cos[:, :, None] + q[..., indexer.width:] * sin[:, :, None]
+    per_head = torch.bmm(q.reshape(batch, span * indexer.heads, -1).float(), keys.float().transpose(1, 2)).relu_()
     weights = F.linear(x.to(indexer.head_weights.dtype), indexer.head_weights).float() * indexer.head_scale
-    scores = torch.bmm(weights[:, None], per_head)  # [B, 1, T]
-    scores.masked_fill_(masked[:, None], float("-inf"))
-    return stable_topk(scores, indexer.topk)[:, 0]
+    scores = torch.bmm(weights.view(batch * span, 1, indexer.heads), per_head.view(batch * span, indexer.heads, -1))
+    scores = scores.view(batch, span, -1).masked_fill_(masked, float("-inf"))  # [B, S, T]
+    return stable_topk(scores, indexer.topk)
 
 
 def feed_forward(mlp, x: torch.Tensor) -> torch.Tensor:
+    """The layer's MLP or MoE over x [..., hidden]."""
     if not hasattr(mlp, "experts"):
         return silu_mlp(mlp, x)
+    if x.dim() > 2:  # the router reads tokens as rows, as the model's MoE does
+        return feed_forward(mlp, x.reshape(-1, x.shape[-1])).view_as(x)
     _, weights, chosen = mlp.gate(x)  # the module: routing capture's hooks see its choice
     experts = mlp.experts
     if experts.num_experts > EVERY_EXPERT_UP_TO * chosen.shape[-1]:
@@ -243,5 +288,8 @@ def rms(x: torch.Tensor, norm) -> torch.Tensor:
 
 
 def rms_weighted(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' RMSNorm: normalised in float32, weighted in the input's dtype."""
+    """transformers' RMSNorm: normalised in float32, weighted in the input's dtype. In float32, one fused operation
+    (the same products; a step pays for each operation it dispatches)."""
+    if x.dtype == torch.float32 == weight.dtype:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)

@@ -78,7 +78,8 @@ class Engine:
         # Decoding steps run the engine's own step (rollout/engine/decode_step.py) where it covers the model.
         self.decode_step = DecodeStep(model) if covers(model) else None
         # With `speculative_steps`, the model's MTP layer drafts that many tokens per step (rollout/engine/speculative.py).
-        self.speculative = SpeculativeDecoder(model, self.speculative_steps) if self.speculative_steps else None
+        self.speculative = SpeculativeDecoder(model, self.speculative_steps, self.decode_step) \
+            if self.speculative_steps else None
 
     def update_weights(self, checkpoint_dir: str | Path, weight_version: str | None = None) -> str:
         """Serve another checkpoint of the same architecture; returns the new weight version."""
@@ -100,6 +101,8 @@ class Engine:
             finally:  # a push that failed part-way left some tensors new: decoding reads what the model holds
                 if self.decode_step is not None:
                     self.decode_step.refresh()
+                if self.speculative is not None:
+                    self.speculative.refresh()
             self.weight_version = weight_version or self._next_version()
             return self.weight_version
 

@@ -30,7 +30,8 @@ from typing import Protocol
 
 import torch
 
-from model.mtp import DraftCache, Drafter
+from rollout.engine.decode_step import DecodeStep
+from rollout.engine.drafter import DraftCache, Drafter
 from rollout.engine.sampling import draw, sample, sampling_distribution
 from rollout.protocol import GREEDY_BELOW, FinishReason, SamplingParams
 
@@ -84,8 +85,14 @@ class SpeculativeDecoder:
     model's own over those tokens, so they are the experts the model routes them to; a draft's column that did not
     stand is dropped with it."""
 
-    def __init__(self, model: torch.nn.Module, steps: int):
+    def __init__(self, model: torch.nn.Module, steps: int, decode_step: DecodeStep | None):
         self.model, self.steps, self.drafter = model, steps, Drafter(model)
+        # The verification forward: the engine's decoding step over several tokens, where it covers the model.
+        self.decode_step = decode_step
+
+    def refresh(self) -> None:
+        """After a weight update (the decoding step's own refresh is the engine's)."""
+        self.drafter.refresh()
 
     def decode(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, params: SamplingParams,
                generator: torch.Generator, rows: Rows, all_logits: bool = False,
@@ -121,9 +128,12 @@ class SpeculativeDecoder:
         fed_positions = state.positions[:, None] + torch.arange(steps + 1, device=fed.device)
         causal = torch.ones(steps + 1, steps + 1, dtype=torch.bool, device=fed.device).tril()
         allowed = torch.cat([state.visible[:, None, :].expand(-1, steps + 1, -1), causal.expand(len(active), -1, -1)],
-                            dim=2)[:, None]  # [B, 1, steps + 1, width + steps + 1]
-        hidden = model.get_decoder()(input_ids=fed, attention_mask=allowed, position_ids=fed_positions,
-                                     cache=cache, use_cache=True).last_hidden_state
+                            dim=2)  # [B, steps + 1, width + steps + 1]
+        if self.decode_step is not None:
+            hidden = self.decode_step.forward(fed, fed_positions, cache, ~allowed)
+        else:
+            hidden = model.get_decoder()(input_ids=fed, attention_mask=allowed[:, None], position_ids=fed_positions,
+                                         cache=cache, use_cache=True).last_hidden_state
         logits = model.lm_head(hidden).float()  # [B, steps + 1, V]: after each fed token
         target, reported = sampling_distribution(logits.flatten(0, 1), params)
         target, reported = normalised(target).view(*logits.shape), reported.view(*logits.shape)
@@ -131,14 +141,13 @@ class SpeculativeDecoder:
         next_tokens = torch.cat([draft_tokens, following[:, None]], dim=1)
         next_tokens.scatter_(1, stood[:, None], following[:, None])  # the drafts that stood, then the token after
         ended, kept = [], []
-        for position, row in enumerate(active):
-            count = int(stood[position])
+        taken_logprobs = reported.gather(2, next_tokens[..., None])[..., 0].tolist()  # one transfer, not one per token
+        for position, (row, count, tokens) in enumerate(zip(active, stood.tolist(), next_tokens.tolist(), strict=True)):
             rows.verify_steps[row] += 1
             rows.drafted[row] += steps
             rows.accepted[row] += count
             for index in range(count + 1):
-                token = int(next_tokens[position, index])
-                if rows.take(row, token, float(reported[position, index, token])):
+                if rows.take(row, tokens[index], taken_logprobs[position][index]):
                     ended.append(row)
                     break
             kept.append(index + 1)  # each token taken was predicted at a fed column the sequence keeps
@@ -160,7 +169,7 @@ class SpeculativeDecoder:
         """`steps` draft tokens per row [B, steps] and the draft distributions they were drawn from [B, steps, V]
         (None when greedy)."""
         tokens, distributions = [], []
-        output, pending = state.draft_output, None
+        output = state.draft_output
         for depth in range(self.steps):
             logits = self.drafter.logits(output).float()
             if params.temperature < GREEDY_BELOW:
@@ -171,7 +180,7 @@ class SpeculativeDecoder:
                 distributions.append(probs)
             tokens.append(token)
             if depth + 1 < self.steps:
-                output, pending = self.drafter.chain(state.drafts, output, token, state.positions + depth + 1, pending)
+                output = self.drafter.chain(state.drafts, output, token, state.positions + depth + 1, depth)
         return torch.stack(tokens, dim=1), torch.stack(distributions, dim=1) if distributions else None
 
     def accept(self, drafts: torch.Tensor, draft_probs: torch.Tensor | None, target: torch.Tensor,
