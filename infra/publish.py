@@ -51,3 +51,8 @@ def data_input(artifact: CommittedArtifact, rows: int | None = None, contract: s
 def published_contract(dataset: CommittedArtifact) -> str | None:
     """The contract a dataset was published under (chat@1, prompt@1, ...), as its lineage records it."""
     return Lineage.model_validate(dataset.lineage()).config.get("contract")
+
+
+def published_suite(dataset: CommittedArtifact) -> str | None:
+    """The embedded suite a dataset was generated from, as its lineage records it (None for imported data)."""
+    return Lineage.model_validate(dataset.lineage()).config.get("suite")

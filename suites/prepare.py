@@ -157,6 +157,9 @@ SUITES: dict[str, Callable[[str, int, int], list[Example]]] = {
 # tests, the folder and its checker), not from their conversations as search and calc are: a stage or evaluation
 # that plays their episodes reads those task rows.
 TASK_ROW_SUITES = ("swe", "terminal")
+# Suites whose RL reference only their prompt@1 rows carry (code's hidden test calls; its conversations answer with a
+# solution, not a checkable answer): reasoning RL and its held-out evaluation read their prompt rows.
+REFERENCE_ROW_SUITES = ("code",)
 PREFERENCE_SUITES: dict[str, Callable[[str, int, int], list[Pair]]] = {
     "instruct": _instruct_pairs,
     "chat": _chat_pairs,

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from infra.publish import published_suite
 from infra.store import ArtifactStore
 from model.tokenizer import load_tokenizer
 from rollout.engine_settings import EngineSettings
@@ -17,7 +18,7 @@ from rollout.engines import launch_engines
 from stages.common.inputs import load_split
 from stages.common.prompts import parse_prompts, prompt_contract
 from stages.evaluation.committed import committed_eval
-from stages.evaluation.sampled_accuracy import VERIFIERS, sampled_accuracy
+from stages.evaluation.sampled_accuracy import sampled_accuracy, verifier_for
 from stages.evaluation.settings import SampledEvalSettings
 
 MODE = "engine"  # how these metrics are keyed in the eval record (the SFT eval's are "sparse"/"dense")
@@ -31,7 +32,7 @@ def evaluate_sampled(store: ArtifactStore, checkpoint_uri: str, dataset_uri: str
     """
     checkpoint, dataset = store.open(checkpoint_uri), store.open(dataset_uri)
     contract = prompt_contract(dataset)
-    domain, verifier = VERIFIERS[contract.name]
+    domain, verifier = verifier_for(contract.name, published_suite(dataset))
     config = {"kind": f"sampled_{domain}", "settings": asdict(settings), "checkpoint": checkpoint.digest,
               "dataset": dataset.digest}
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from data_contracts import CHAT_V1, PROMPT_V1
+from data_contracts.contract import Contract
 from rewards.loading import RewardModuleError, check_reward_params
 from rollout.engine_settings import EngineSettings
 from stages.common.config import (
@@ -23,6 +24,7 @@ from stages.common.config import (
 )
 from stages.common.icepop import IcePopSettings
 from stages.common.recipe import STAGE_DEFAULTS, STRICT, WARMUP_WITHIN_STEPS, nested
+from suites.prepare import REFERENCE_ROW_SUITES
 
 
 class RewardSpec(BaseModel):
@@ -140,6 +142,12 @@ class ReasoningRlConfig(GrpoRecipe, StageIO):
     @classmethod
     def accepts_contract(cls, contract_id: str | None) -> bool:
         return contract_id in (CHAT_V1.id, PROMPT_V1.id)
+
+    @classmethod
+    def suite_contract(cls, suite: str) -> Contract:
+        """An embedded suite as its conversations (arith's replies state the answer), or as its prompt rows where
+        only they carry the reference (code's hidden tests)."""
+        return PROMPT_V1 if suite in REFERENCE_ROW_SUITES else CHAT_V1
 
     @model_validator(mode="after")
     def _default_rewards(self):
