@@ -35,22 +35,13 @@ def import_harbor(store: ArtifactStore, folder: Path, *, name: str | None = None
                   skip_bad_rows: bool = False, seed: int = 0, triggered_by: str = "posttrain data import") -> Imported:
     if not 0 <= test_fraction < 1:
         raise ImportFailed(f"--test-fraction {test_fraction}: between 0 and 1 (exclusive)")
-    if not folder.is_dir():
-        raise ImportFailed(f"{folder}: not a folder of Harbor tasks")
     label = dataset_label(folder, name)
-    folders = task_folders(folder)
-    if not folders:
-        raise ImportFailed(f"{folder}: no task folders in it (a task is a folder with task.toml, instruction.md, ...)")
-    rows, problems, rejects = [], [], []
-    for task_folder in folders:
-        try:
-            rows.append(imported_row(task_folder, label))
-        except TaskRefused as refusal:
-            problems.append(f"{task_folder}: {refusal}")
-            rejects.append({"where": str(task_folder), "problem": str(refusal), "record": None})
+    rows, refused = read_tasks(folder, label)
+    problems = [f"{task_folder}: {refusal}" for task_folder, refusal in refused]
+    rejects = [{"where": str(task_folder), "problem": str(refusal), "record": None} for task_folder, refusal in refused]
     if problems and not skip_bad_rows:
-        raise ImportFailed("\n".join([*problems, f"{len(problems)} of {len(folders)} tasks refused; --skip-bad-rows "
-                                                 "imports the others"]))
+        raise ImportFailed("\n".join([*problems, f"{len(problems)} of {len(rows) + len(problems)} tasks refused; "
+                                                 "--skip-bad-rows imports the others"]))
     if not rows:
         raise ImportFailed(f"{folder}: no task to import")
     return publish_rows(store, folder, "harbor", label, PROMPT_V1, rows, test_fraction, seed, triggered_by, problems,
@@ -67,8 +58,32 @@ def folder_digest(folder: Path) -> str:
     return hashlib.sha256(listing.encode("utf-8")).hexdigest()
 
 
+def read_tasks(folder: Path, label: str, played: bool = True) -> tuple[list[dict], list[tuple[Path, TaskRefused]]]:
+    """Every task folder under `folder` as a row (`imported_row`; not `played`: read and checked only, what
+    `posttrain spec check` does), and the refused ones with why."""
+    if not folder.is_dir():
+        raise ImportFailed(f"{folder}: not a folder of Harbor tasks")
+    folders = task_folders(folder)
+    if not folders:
+        raise ImportFailed(f"{folder}: no task folders in it (a task is a folder with task.toml, instruction.md, ...)")
+    rows, refused = [], []
+    for task_folder in folders:
+        try:
+            rows.append(imported_row(task_folder, label) if played else checked_row(task_folder, label))
+        except TaskRefused as refusal:
+            refused.append((task_folder, refusal))
+    return rows, refused
+
+
 def imported_row(folder: Path, label: str) -> dict:
     """The task in `folder` as a checked, played prompt@1 row, or TaskRefused saying why not."""
+    row = checked_row(folder, label)
+    play(row)
+    return row
+
+
+def checked_row(folder: Path, label: str) -> dict:
+    """The task in `folder` as a prompt@1 row, read and checked for what the sandbox lacks but not played."""
     task = read_task(folder)
     if reason := sandbox_shortfall(task):
         raise TaskRefused(reason)
@@ -77,7 +92,6 @@ def imported_row(folder: Path, label: str) -> dict:
         validate_table(PROMPT_V1, table_from_rows(PROMPT_V1, [row], source=str(folder)), source=str(folder))
     except (RowProblem, ContractError) as problem:
         raise TaskRefused(str(problem)) from None
-    play(row)
     return row
 
 

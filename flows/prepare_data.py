@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import tempfile
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 from prefect import task
 
 from data_contracts import CHAT_V1, PREFERENCE_V1, PROMPT_V1
+from data_prep.harbor_import import import_harbor
 from data_prep.import_data import ImportFailed, import_dataset
 from data_prep.prepare import import_checkpoint, prepare, publish_preferences, publish_prompts, publish_suite
 from flows.spec import ImportSpec, PipelineSpec, SpecError
@@ -73,9 +74,10 @@ def import_model(store, spec: PipelineSpec, base: Path, triggered_by: str) -> st
 
 def import_spec(store, name: str, entry: ImportSpec, base: Path, seed: int, triggered_by: str) -> str:
     path = base / entry.path
+    importer = import_harbor if entry.kind == "harbor" else partial(import_dataset, kind=entry.kind)
     try:
-        imported = import_dataset(store, path, entry.kind, name=name, test_fraction=entry.test_fraction,
-                                  skip_bad_rows=entry.skip_bad_rows, seed=seed, triggered_by=triggered_by)
+        imported = importer(store, path, name=name, test_fraction=entry.test_fraction,
+                            skip_bad_rows=entry.skip_bad_rows, seed=seed, triggered_by=triggered_by)
     except ImportFailed as error:
         raise SpecError(f"data.imports.{name}: {error}") from None
     if imported.rejected:

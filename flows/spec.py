@@ -58,11 +58,12 @@ class ModelSource(BaseModel):
 
 
 class ImportSpec(BaseModel):
-    """A local file (JSONL, Parquet) or `datasets` folder, imported as `posttrain data import` does."""
+    """A local file (JSONL, Parquet), `datasets` folder or (`as: harbor`) folder of Harbor task folders, imported as
+    `posttrain data import` does."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     path: str = Field(..., min_length=1, description="Relative to the spec file's folder unless absolute.")
-    kind: Literal["chat", "prompt", "preference"] = Field(..., alias="as")
+    kind: Literal["chat", "prompt", "preference", "harbor"] = Field(..., alias="as")
     test_fraction: float = Field(0.1, ge=0, lt=1)
     skip_bad_rows: bool = False
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_prep.harbor_import import read_tasks
 from data_prep.import_data import ImportFailed, convert_records, dataset_label
 from flows.spec import PipelineSpec
 from flows.stage_table import STAGES
@@ -44,7 +45,11 @@ def plan_spec(spec: PipelineSpec, base: Path) -> Plan:
             problems.append(f"data.imports.{name}.path: {path}: no such file or folder")
             continue
         try:
-            rows, bad, _ = convert_records(path, entry.kind, dataset_label(path, name))
+            if entry.kind == "harbor":  # each task read and checked; the import plays them in the sandbox too
+                rows, refused = read_tasks(path, dataset_label(path, name), played=False)
+                bad = [f"{task_folder}: {refusal}" for task_folder, refusal in refused]
+            else:
+                rows, bad, _ = convert_records(path, entry.kind, dataset_label(path, name))
         except ImportFailed as error:  # a device or FIFO, a file past the limits, a name the store cannot hold
             problems.append(f"data.imports.{name}: {error}")
             continue

@@ -12,15 +12,23 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from data_prep.harbor_import import import_harbor, imported_row
 from data_prep.harbor_tasks import TaskRefused
 from data_prep.import_data import ImportFailed
+from flows.prepare_data import prepare_data
+from flows.spec import parse_spec
+from infra.publish import published_contract
 from infra.store import open_store
 from posttrain.cli import app
+from rollout.engine_settings import EngineSettings
 from stages.agentic.config import AgenticRlConfig
 from stages.common.agent_tasks import agent_task_rows, load_task_split
+from stages.evaluation.agentic import evaluate_agentic
+from stages.evaluation.settings import EvalSettings
+from stages.evaluation.tool_tasks import episode_settings
 from tests.code_task_checks import FINAL_TURN, task_service, tool_turn
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "harbor"
@@ -201,3 +209,24 @@ def test_a_test_may_import_the_tasks_own_code(tmp_path):
     (task / "environment/count.py").write_text("def errors(path):\n    return sum('ERROR' in line for line in open(path))\n")
     (task / "tests/test_count.py").write_text("from count import errors\n")  # the workspace's module, not the host's
     assert imported_row(task, "x")["id"] == "count-error-lines"
+
+
+def test_a_spec_imports_harbor_tasks_its_check_counts_them_and_agentic_evaluation_plays_them(small_store, tmp_path):
+    """`data.imports: {NAME: {path: DIR, as: harbor}}`: spec check reads and checks each task (the refused one
+    named), the pipeline's data step imports them, and agentic RL's evaluation plays them as terminal episodes."""
+    shutil.copytree(EXAMPLES, tmp_path / "harbor")
+    document = {"store": small_store["root"], "model": {"checkpoint": small_store["init"]},
+                "data": {"imports": {"my-tasks": {"path": "harbor", "as": "harbor", "skip_bad_rows": True,
+                                                  "test_fraction": 0.99}}},  # both to the held-out split
+                "stages": {"agentic_rl": {"datasets": ["my-tasks"], "tasks": {"terminal": 1.0}}}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(document))
+    check = CliRunner().invoke(app, ["spec", "check", str(tmp_path / "spec.yaml")], env={"COLUMNS": "200"})
+    assert check.exit_code == 0 and "spec ok" in check.output, check.output
+    assert f"my-tasks: {tmp_path / 'harbor'} as harbor, 2 rows, 1 bad" in check.output
+    prepared = prepare_data.fn(parse_spec(document, str(tmp_path / "spec.yaml")), tmp_path)
+    (dataset,) = prepared["stages"]["agentic_rl"]
+    store = open_store(small_store["root"])
+    assert published_contract(store.open(dataset)) == "prompt@1"
+    settings = episode_settings(EvalSettings(limit_per_suite=2, max_new_tokens=8, max_turns=2))
+    metrics = evaluate_agentic(store, small_store["init"], [dataset], ["terminal"], settings, EngineSettings())
+    assert "terminal/tool_success" in metrics and metrics["env_failures"] == 0
