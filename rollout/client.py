@@ -37,10 +37,14 @@ class Sample:
 def accept_length(samples: list[Sample]) -> float | None:
     """Speculative decoding's tokens per verification step over `samples` (SGLang's spec_accept_length, pooled):
     None where no engine speculated."""
-    speculated = [s for s in samples if s.spec_verify_ct]
-    if not speculated:
-        return None
-    return sum(len(s.output_ids) for s in speculated) / sum(s.spec_verify_ct for s in speculated)
+    tokens, steps = speculated(samples)
+    return tokens / steps if steps else None
+
+
+def speculated(samples: list[Sample]) -> tuple[int, int]:
+    """(tokens decoded speculatively, their verification steps) over `samples`; (0, 0) where no engine speculated."""
+    spec = [s for s in samples if s.spec_verify_ct]
+    return sum(len(s.output_ids) for s in spec), sum(s.spec_verify_ct for s in spec)
 
 
 def generate_payload(prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True,

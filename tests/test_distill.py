@@ -47,7 +47,9 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
                 TeacherSpec(source="general_rl", checkpoint=sft_checkpoint, datasets=[instruct.uri])]
     config = DistillConfig(run_id="distill-steps", store=small_store["root"], init_checkpoint=small_store["init"],
                            teachers=teachers, prompts_per_step=4, max_steps=2, sampling={"max_new_tokens": 12},
-                           optimizer={"lr": 2e-5, "warmup_steps": 1}, engines={"replicas": 2}, routing_replay=True)
+                           optimizer={"lr": 2e-5, "warmup_steps": 1}, routing_replay=True,
+                           # Speculating with the MTP layer's drafts: the logprobs and experts stay the model's own.
+                           engines={"replicas": 2, "speculative_steps": 2})
     events = run_stage_job("stages.distill.train", config, tmp_path)
     steps = [e for e in events if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
@@ -59,6 +61,7 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
     # Replaying the student engine's experts (replies and every episode turn, past the router): the trainer's own
     # routing, measured under replay too, is the engine's (on-policy, the same weights in fp32).
     assert all(s["routing_agreement"] >= 0.99 for s in steps)
+    assert all(1.0 <= s["spec_accept_length"] <= 3.0 for s in steps)  # replies and episode turns: 1 + drafts stood
 
     lineage = store.open(config.output_name).lineage()
     assert [(p["role"], p["uri"]) for p in lineage["parents"]] == [

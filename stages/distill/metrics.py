@@ -45,3 +45,10 @@ def throughput(batch: TrainBatch, rollout_s: float, teacher_s: float, train_s: f
             "rollout_tokens_per_s": all_mean(sampled / rollout_s) * dist.world_size,
             "teacher_tokens_per_s": all_mean(float(batch.attention_mask.sum()) / teacher_s) * dist.world_size,
             "train_tokens_per_s": all_mean(batch.input_ids.numel() / train_s) * dist.world_size}
+
+
+def accept_length_over_ranks(tokens: int, steps: int, dist: Dist) -> dict:
+    """Speculative decoding's tokens per verification step over every rank's replies and episode turns (SGLang's
+    spec_accept_length), where the student's engine speculated."""
+    tokens, steps = all_mean(tokens) * dist.world_size, all_mean(steps) * dist.world_size  # every rank calls both
+    return {"spec_accept_length": tokens / steps} if steps else {}

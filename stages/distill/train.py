@@ -26,6 +26,7 @@ from model.routing import ReplayedRouting, RoutingLayout
 from rollout.agents.episodes import play_episodes
 from rollout.agents.orchestrator import RolloutResult, RolloutSpec
 from rollout.agents.task_services import TaskServices
+from rollout.client import speculated
 from rollout.engines import EngineFleet
 from rollout.protocol import SamplingParams
 from stages.common.checkpointer import StageCheckpointer
@@ -46,7 +47,7 @@ from stages.common.training_engine import step_shape
 from stages.distill.config import DistillConfig
 from stages.distill.data import AgentEpisode, draw_prompts, teacher_prompts
 from stages.distill.loss import distill_advantages, response_aligned
-from stages.distill.metrics import step_metrics
+from stages.distill.metrics import accept_length_over_ranks, step_metrics
 from stages.distill.record import distill_rows
 from stages.distill.rows import StudentRow, episode_rows, sample_rows
 from stages.distill.teachers import teacher_engines, teacher_logprobs
@@ -86,8 +87,9 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
 
             with timed() as rollout:
                 sampling = config.sampling.params().model_copy(update={"sampling_seed": rng.randrange(2**31) + dist.rank})
-                rows, episodes = student_rows(student.fleet, step_prompts, sampling, services, tokenizer, config,
-                                              f"s{step + 1}-r{dist.rank}", routed_experts=routing is not None)
+                rows, episodes, speculation = student_rows(student.fleet, step_prompts, sampling, services, tokenizer,
+                                                           config, f"s{step + 1}-r{dist.rank}",
+                                                           routed_experts=routing is not None)
             with timed() as teaching:
                 scored = teacher_logprobs(scorers, rows)
 
@@ -106,7 +108,8 @@ def train(config: DistillConfig, stage: StageInputs) -> str:
             checkpointer.end_of_step(
                 step_metrics(step + 1, trained, engine.get_lr()[0], batch, rows, logp_teacher, list(shares),
                              episodes if agent_tasks else None, dist, rollout_s=rollout.seconds,
-                             teacher_s=teaching.seconds, train_s=training.seconds) | expert_load,
+                             teacher_s=teaching.seconds, train_s=training.seconds) | expert_load
+                | accept_length_over_ranks(*speculation, dist),
                 samples=distill_rows(config.stage_name, step + 1, dist.rank, rows, trained.logp_old, logp_teacher,
                                      icepop_in_band(trained.logp_old, batch.logp_infer, config.objective)))
     return checkpointer.finish()
@@ -125,10 +128,10 @@ def distill_loss_of(logp_teacher: torch.Tensor, objective: IcePopSettings) -> Lo
 
 def student_rows(student: EngineFleet, prompts: list, sampling: SamplingParams, services: TaskServices | None,
                  tokenizer, config: DistillConfig, batch_id: str,
-                 routed_experts: bool = False) -> tuple[list[StudentRow], list[RolloutResult]]:
+                 routed_experts: bool = False) -> tuple[list[StudentRow], list[RolloutResult], tuple[int, int]]:
     """What the student samples for this step's prompts: one reply to each first-reply prompt (a single
     seeded request) and every agent episode played to the end, each with its positions' experts when
-    `routed_experts`; the rows to train and the episodes."""
+    `routed_experts`; the rows to train, the episodes, and (tokens decoded speculatively, verification steps)."""
     replies = [p for p in prompts if not isinstance(p, AgentEpisode)]
     episodes = [p for p in prompts if isinstance(p, AgentEpisode)]
     samples = student.client.generate([p.prompt_ids for p in replies], sampling,
@@ -141,7 +144,8 @@ def student_rows(student: EngineFleet, prompts: list, sampling: SamplingParams, 
     if not rows:
         raise RuntimeError(f"batch {batch_id}: nothing to train, the environment failed in every episode: "
                            + "; ".join(sorted({r.failure or "" for r in results})))
-    return rows, results
+    tokens, steps = speculated(samples)
+    return rows, results, (tokens + sum(r.speculated_tokens for r in results), steps + sum(r.verify_steps for r in results))
 
 
 def main(argv: list[str] | None = None) -> None:
