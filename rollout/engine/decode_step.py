@@ -1,6 +1,7 @@
 """One decoding step of GLM-5's architecture (`GlmMoeDsaForCausalLM` with DSA sparse-gather attention) written for
 serving, as SGLang serves from its own model code rather than transformers' modules: the model's forward over one
-new token per row with the KV cache, up to float rounding (tests/test_decode_step.py), in fewer operations. A
+new token per row with the KV cache, or over a few (a speculative verification: `DecodeStep.forward`), up to float
+rounding (tests/test_decode_step.py), in fewer operations. A
 decoding step of a small model costs its operations' count more than their arithmetic: on a 2-core CPU,
 glm5-tiny's step ran about 1,000 tensor operations through transformers' modules and their hooks.
 
