@@ -1,6 +1,6 @@
 """Reasoning RL on the embedded code suite: the stage reads its prompt rows (the hidden test calls are their
 reference; its conversations only answer with a solution), the code verifier scores completions in the sandbox
-while it trains, and the held-out evaluation scores with the same verifier (`code/…`)."""
+while it trains (its engine speculating), and the held-out evaluation scores with the same verifier (`code/…`)."""
 
 import tempfile
 from pathlib import Path
@@ -37,11 +37,13 @@ def test_reasoning_rl_on_code_is_scored_by_its_hidden_tests_in_training_and_eval
     config = ReasoningRlConfig(run_id="reasoning-code", store=small_store["root"], init_checkpoint=small_store["init"],
                                datasets=[dataset.uri], rewards=[{"path": "rewards.verifiers.CodeTests"}],
                                group_size=2, prompts_per_step=2, max_steps=2, sampling={"max_new_tokens": 12},
-                               optimizer={"warmup_steps": 1}, dynamic_sampling={"enabled": False})
+                               optimizer={"warmup_steps": 1}, dynamic_sampling={"enabled": False},
+                               engines={"speculative_steps": 2})  # drafted by the MTP layer, verified by the model
     steps = [e for e in run_stage_job("stages.grpo.reasoning", config, tmp_path) if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
     # Every completion is the verifier's to score (its reference carries test calls): none dropped as unscored.
     assert all("reward/code_tests" in s and s["dropped_groups"] == 0 for s in steps)
+    assert all(1 <= s["spec_accept_length"] <= 4 for s in steps)  # 1 + drafts that stood, + the prefill's token
     trained = store.open(config.output_name)
     assert [ref["path"] for ref in trained.lineage()["reward_modules"]] == ["rewards.verifiers.CodeTests"]
     metrics = evaluate_sampled(store, trained.uri, dataset.uri,
