@@ -9,7 +9,9 @@ import pytest
 
 from data_contracts import CHAT_V1, PROMPT_V1
 from data_prep.prepare import publish_prompts
-from infra.publish import published_suite
+from flows.prepare_data import prepare_data
+from flows.spec import parse_spec
+from infra.publish import published_contract, published_suite
 from infra.store import open_store
 from rewards.verifiers import CodeTests
 from stages.evaluation.sampled import evaluate_sampled
@@ -22,9 +24,15 @@ from tests.stage_jobs import run_stage_job
 pytestmark = pytest.mark.usefixtures("bubblewrap")
 
 
-def test_an_embedded_suite_is_read_as_the_rows_that_carry_its_reference():
-    assert ReasoningRlConfig.suite_contract("code") is PROMPT_V1
-    assert ReasoningRlConfig.suite_contract("arith") is CHAT_V1
+def test_a_spec_gives_reasoning_rl_code_s_prompt_rows_and_arith_s_conversations(small_store, tmp_path):
+    document = {"store": small_store["root"], "model": {"checkpoint": small_store["init"]},
+                "data": {"suites": {"code": {"train": 8, "test": 2}, "arith": {"train": 8, "test": 2}}},
+                "stages": {"reasoning_rl": {"datasets": ["code", "arith"]}}}
+    prepared = prepare_data.fn(parse_spec(document, str(tmp_path / "spec.yaml")), tmp_path)
+    store = open_store(small_store["root"])
+    contracts = {published_suite(store.open(uri)): published_contract(store.open(uri))
+                 for uri in prepared["stages"]["reasoning_rl"]}
+    assert contracts == {"code": PROMPT_V1.id, "arith": CHAT_V1.id}
 
 
 def test_reasoning_rl_on_code_is_scored_by_its_hidden_tests_in_training_and_evaluation(small_store, tmp_path,
