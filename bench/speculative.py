@@ -4,18 +4,21 @@ plain decoding, on the demo's held-out prompts, paired in one process.
 Every arm is our engine (`Engine`, in this process, no HTTP) loaded from the same checkpoint (default: the demo's
 reasoning RL output, whose MTP layer SFT and RL trained), decoding the same held-out prompts of a suite's test
 split (default: arith's, the reasoning RL prompts, rendered as the stage renders them) with the same sampling and
-stopping rule (the stop tokens; `--new-tokens` at most): `--draft-steps 0` is plain decoding, the others draft
-that many tokens per verification step. Arms alternate in rotating order (bench/rounds.py) for at least 3 rounds;
+stopping rule (the stop tokens; `--new-tokens` at most): `--arms 0` is plain decoding, `K` drafts K tokens per
+verification step, `K@R` does once at most R rows of the batch decode (`engines.speculative_max_rows`: plain
+decoding before, the batch's tail speculated). `--samples N` repeats each prompt N times, as an RL stage samples a
+group per prompt. Arms alternate in rotating order (bench/rounds.py) for at least 3 rounds;
 each figure is the median over rounds with its range, the speed ratios per round against plain decoding.
 
 Per arm: decode tokens/s (every completion token over the wall time of the batch, prefill included), acceptance
-length (completion tokens per verification step, SGLang's spec_accept_length: 1 + the drafts that stood), the
+length (tokens per verification step: 1 + the drafts that stood), the share of tokens decoded speculatively, the
 share of drafts that stood, the mean completion length and the stage's reward (arith's exact-match accuracy): a
 dead arm shows (greedy completions are the same tokens in every arm; sampled ones differ by the draws, not in
 distribution).
 
     .venv/bin/python bench/speculative.py --store S [--checkpoint reasoning_rl:latest --suite arith --prompts 64
-                                                     --new-tokens 96 --temperature 1.0 --rounds 3]
+                                                     --samples 1 --new-tokens 96 --temperature 1.0 --rounds 3
+                                                     --arms 0 1 2 3 4 3@8]
 """
 
 from __future__ import annotations
@@ -68,10 +71,20 @@ def run_arm(engine: Engine, prompts: list[RlPrompt], params: SamplingParams, tok
                "accuracy": sum(r or 0.0 for r in rewards) / len(rewards)}
     steps = sum(c.spec_verify_ct or 0 for c in completions)
     if steps:
-        figures["accept_length"] = tokens / steps
-        figures["drafts_stood"] = sum(c.spec_num_correct_drafts for c in completions) / sum(
-            c.spec_num_proposed_drafts for c in completions)
+        stood = sum(c.spec_num_correct_drafts for c in completions)
+        figures["accept_length"] = (steps + stood) / steps
+        figures["drafts_stood"] = stood / sum(c.spec_num_proposed_drafts for c in completions)
+        figures["speculated_share"] = (steps + stood) / tokens
     return figures
+
+
+def parsed_arm(parser: argparse.ArgumentParser, arm: str) -> tuple[int, int | None]:
+    """`K` or `K@R` → (draft steps, speculative_max_rows)."""
+    steps, _, rows = arm.partition("@")
+    if not steps.isdigit() or (rows and not rows.isdigit()) or (rows and steps == "0"):
+        parser.error(f"--arms {arm}: give K (drafts per step, 0: plain decoding) or K@R (K > 0 drafts once at most "
+                     f"R rows decode)")
+    return int(steps), int(rows) if rows else None
 
 
 def main() -> None:
@@ -83,15 +96,18 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--temperature", type=float, default=1.0, help="RL's sampling; 0 decodes greedily")
-    parser.add_argument("--draft-steps", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--samples", type=int, default=1, help="completions per prompt, in one batch (an RL group)")
+    parser.add_argument("--arms", nargs="+", default=["0", "1", "2", "3", "4", "3@8"],
+                        help="K: K drafts per verification step (0: plain decoding); K@R: once at most R rows decode")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error("--rounds: at least 3, so the median and range mean something")
-    if 0 not in args.draft_steps:
-        parser.error("--draft-steps: include 0, plain decoding, the baseline every ratio is taken against")
+    arms = {arm: parsed_arm(parser, arm) for arm in args.arms}
+    if "0" not in arms:
+        parser.error("--arms: include 0, plain decoding, the baseline every ratio is taken against")
     torch.set_num_threads(args.threads)
     before = machine()
     store = open_store(args.store)
@@ -99,8 +115,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="speculative-bench-") as tmp:
         local = download_once(open_artifact(checkpoint), Path(tmp) / "checkpoint")
         tokenizer = load_tokenizer(local)
-        prompts = heldout_prompts(store, args.suite, args.prompts, tokenizer, Path(tmp))
-        engines = {f"draft_{k}": Engine(local, seed=args.seed, speculative_steps=k) for k in args.draft_steps}
+        prompts = [prompt for prompt in heldout_prompts(store, args.suite, args.prompts, tokenizer, Path(tmp))
+                   for _sample in range(args.samples)]
+        engines = {f"draft_{arm}": Engine(local, seed=args.seed, speculative_steps=steps, speculative_max_rows=rows)
+                   for arm, (steps, rows) in arms.items()}
         params = SamplingParams(temperature=args.temperature, max_new_tokens=args.new_tokens)
         for engine in engines.values():  # warm-up, untimed
             engine.generate(UniformBatch([p.prompt_ids for p in prompts[:4]],
@@ -113,7 +131,8 @@ def main() -> None:
         arms[name] = {key: spread([run[key] for run in rounds]) for key in rounds[0]}
         if name != "draft_0":
             arms[name]["speedup_over_plain"] = ratio_spread([run["tokens_per_s"] for run in rounds], plain)
-    print(json.dumps({"bench": "speculative", "checkpoint": checkpoint, "suite": args.suite, "prompts": len(prompts),
+    print(json.dumps({"bench": "speculative", "checkpoint": checkpoint, "suite": args.suite, "prompts": args.prompts,
+                      "samples": args.samples,
                       "new_tokens": args.new_tokens, "temperature": args.temperature, "rounds": args.rounds,
                       "threads": args.threads, "machine": before, "arms": arms}, indent=2))
 

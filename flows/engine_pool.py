@@ -43,7 +43,7 @@ class PooledEngine:
     stack: ExitStack  # stops it (rollout/engines.py started it)
     url: str
     precision: str
-    speculative_steps: int
+    decoding: dict  # EngineSettings.decoding(): how it decodes
     serving: str | None  # the committed checkpoint it serves; None once a trainer pushed weights into it
     leases: int = 0
     exclusive: bool = False
@@ -61,11 +61,12 @@ class EnginePool:
     later: set[str] = field(default_factory=set)  # those a stage after it reads
     _uses: int = 0
 
-    def lease(self, checkpoint: str, *, exclusive: bool, precision: str = "auto", speculative_steps: int = 0) -> str:
+    def lease(self, checkpoint: str, *, exclusive: bool, precision: str = "auto", decoding: dict | None = None) -> str:
+        decoding = decoding or EngineSettings().decoding()
         self._uses += 1
         # By the dtype served (`auto` and `bf16` are one engine on a GPU) and how it decodes.
         mine = [engine for engine in self.engines if resolved_precision(engine.precision) == resolved_precision(precision)
-                and engine.speculative_steps == speculative_steps]
+                and engine.decoding == decoding]
         if not exclusive:
             for engine in mine:
                 if engine.serving == checkpoint and not engine.exclusive:
@@ -84,7 +85,7 @@ class EnginePool:
                 EngineClient(engine.url).update_weights(checkpoint)  # from the store: its digests checked
                 engine.serving = checkpoint
             return self._leased(engine, exclusive)
-        return self._leased(self._started(checkpoint, precision, speculative_steps), exclusive)
+        return self._leased(self._started(checkpoint, precision, decoding), exclusive)
 
     def release(self, url: str) -> None:
         engine = next(engine for engine in self.engines if engine.url == url)
@@ -111,19 +112,19 @@ class EnginePool:
         engine.last_used = self._uses
         return engine.url
 
-    def _started(self, checkpoint: str, precision: str, speculative_steps: int) -> PooledEngine:
+    def _started(self, checkpoint: str, precision: str, decoding: dict) -> PooledEngine:
         index = len(self.engines)
         # Any stage of the run may push weights through the disk: they write under the run's scratch folders.
         stack = ExitStack()
         try:
-            fleet = launch_engines(stack, EngineSettings(precision=precision, speculative_steps=speculative_steps),
+            fleet = launch_engines(stack, EngineSettings(precision=precision, **decoding),
                                    checkpoint,
                                    self.workdir / f"pooled-{index}", seed=self.seed + index,
                                    weights_dirs=[scratch_root()])()
         except BaseException:
             stack.close()
             raise
-        engine = PooledEngine(stack, fleet.url, precision, speculative_steps, checkpoint)
+        engine = PooledEngine(stack, fleet.url, precision, decoding, checkpoint)
         self.engines.append(engine)
         return engine
 
@@ -158,14 +159,14 @@ def active_pool() -> EnginePool | None:
 
 @contextmanager
 def leased_engines(checkpoint: str, *, exclusive: bool, precision: str = "auto",
-                   speculative_steps: int = 0) -> Iterator[EngineSettings | None]:
+                   decoding: dict | None = None) -> Iterator[EngineSettings | None]:
     """Running-engine settings for one engine of the active pool serving `checkpoint` while the block runs; None
     (start your own) outside a pipeline's pool."""
     pool = active_pool()
     if pool is None:
         yield None
         return
-    url = pool.lease(checkpoint, exclusive=exclusive, precision=precision, speculative_steps=speculative_steps)
+    url = pool.lease(checkpoint, exclusive=exclusive, precision=precision, decoding=decoding)
     try:
         yield EngineSettings(engine_urls=[url])
     finally:

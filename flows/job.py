@@ -192,13 +192,13 @@ def with_shared_engine(stack: ExitStack, config):
     """
     if config.engines.running or not runs_here(config) or open_store(config.store).is_committed(config.output_name):
         return config
-    precision, speculative = config.compute.precision, config.engines.speculative_steps
+    precision, decoding = config.compute.precision, config.engines.decoding()
     leased = stack.enter_context(leased_engines(config.init_checkpoint, exclusive=True, precision=precision,
-                                                speculative_steps=speculative))
+                                                decoding=decoding))
     if leased is not None:
         return config.model_copy(update={"engines": config.engines.model_copy(update={"engine_urls": leased.engine_urls})})
     # The stage's job pushes its weights inside its own scratch folder, under the stage's.
-    fleet = launch_engines(stack, EngineSettings(precision=precision, speculative_steps=speculative), config.init_checkpoint,
+    fleet = launch_engines(stack, EngineSettings(precision=precision, **decoding), config.init_checkpoint,
                            stage_workdir(config), seed=config.seed, weights_dirs=[stage_workdir(config)])()
     return config.model_copy(update={"engines": config.engines.model_copy(update={"engine_urls": [fleet.url]})})
 

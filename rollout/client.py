@@ -30,8 +30,16 @@ class Sample:
     weight_version: str
     # SGLang's meta_info.routed_experts (base64; model/routing.py), where the request asked for it.
     routed_experts: str | None = None
-    # Speculative decoding's verification steps (SGLang's meta_info.spec_verify_ct), where the engine speculated.
+    # Speculative decoding's verification steps and the drafts that stood in them (SGLang's meta_info.spec_verify_ct,
+    # spec_num_correct_drafts), where the engine speculated.
     spec_verify_ct: int | None = None
+    spec_num_correct_drafts: int | None = None
+
+    @property
+    def speculated_tokens(self) -> int:
+        """The tokens verification steps gave: one per step and the drafts that stood in it. Not the completion's
+        length: an engine that speculates only once few rows of a batch decode decoded the ones before plainly."""
+        return (self.spec_verify_ct or 0) + (self.spec_num_correct_drafts or 0)
 
 
 def accept_length(samples: list[Sample]) -> float | None:
@@ -43,8 +51,7 @@ def accept_length(samples: list[Sample]) -> float | None:
 
 def speculated(samples: list[Sample]) -> tuple[int, int]:
     """(tokens decoded speculatively, their verification steps) over `samples`; (0, 0) where no engine speculated."""
-    spec = [s for s in samples if s.spec_verify_ct]
-    return sum(len(s.output_ids) for s in spec), sum(s.spec_verify_ct for s in spec)
+    return sum(s.speculated_tokens for s in samples), sum(s.spec_verify_ct or 0 for s in samples)
 
 
 def generate_payload(prompts: list[list[int]], sampling: SamplingParams, return_logprob: bool = True,
@@ -75,7 +82,7 @@ def samples_from_answer(base_url: str, prompts: list[list[int]], answer: list) -
     return [
         Sample(prompt, o.output_ids, [lp for lp, _, _ in o.meta_info.output_token_logprobs or []],
                o.meta_info.finish_reason.type, o.meta_info.weight_version or "", o.meta_info.routed_experts,
-               o.meta_info.spec_verify_ct)
+               o.meta_info.spec_verify_ct, o.meta_info.spec_num_correct_drafts)
         for prompt, o in zip(prompts, outputs, strict=True)
     ]
 

@@ -43,6 +43,11 @@ class EngineSettings(BaseModel):
         "speculative decoding: draft tokens per step from the checkpoint's MTP layer, verified by the model at once "
         "(greedy output the model's own, sampled output distributed as without it); 0: off. backend sglang: its "
         "EAGLE/MTP options (--speculative-algorithm EAGLE, --speculative-num-steps)"))
+    speculative_max_rows: int | None = Field(None, ge=1, description=(
+        "speculate only while at most this many rows of a batch decode (the batch's tail), decoding plainly above: "
+        "a verification forward over several tokens per row costs little more than a plain step only while the "
+        "device is not already busy with the batch's rows; None: at every batch size. backend sglang: "
+        "--speculative-adaptive with this batch size as its tier boundary"))
     threads: int | None = Field(None, ge=1, description="CPU threads per engine started here; default: the cores "
                                                         "shared out among the processes computing at once")
 
@@ -50,12 +55,19 @@ class EngineSettings(BaseModel):
     def _one_source(self):
         if self.router_url and self.engine_urls:
             raise ValueError("engines: give router_url or engine_urls, not both")
+        if self.speculative_max_rows is not None and not self.speculative_steps:
+            raise ValueError("engines.speculative_max_rows bounds speculative decoding, which is off: set "
+                             "engines.speculative_steps too")
         if self.backend == "builtin":
             sglang_only = [name for name in ("tp_size", "dp_size", "mem_fraction_static")
                            if name in self.model_fields_set and getattr(self, name) not in (None, 1)]
             if sglang_only:
                 raise ValueError(f"engines.{sglang_only[0]} is a setting of backend sglang; engines.backend is builtin")
         return self
+
+    def decoding(self) -> dict[str, int | None]:
+        """How engines started for these settings decode (what an engine pool matches a lease on)."""
+        return {"speculative_steps": self.speculative_steps, "speculative_max_rows": self.speculative_max_rows}
 
     @property
     def running(self) -> bool:

@@ -77,7 +77,7 @@ def _replica(settings: EngineSettings, checkpoint: str, log_path: Path, seed: in
     if settings.backend == "sglang":
         return SglangServerProcess(settings, checkpoint, log_path, seed=seed, precision=precision)
     return EngineProcess(checkpoint, log_path, seed=seed, weights_dirs=list(weights_dirs), precision=precision,
-                         threads=threads, speculative_steps=settings.speculative_steps)
+                         threads=threads, **settings.decoding())
 
 
 def _launched(stack: ExitStack, engine: EngineProcess | SglangServerProcess) -> EngineProcess | SglangServerProcess:

@@ -88,14 +88,17 @@ class EngineProcess:
 
     def __init__(self, checkpoint: str, log_path: Path, *, seed: int = 0, host: str = "127.0.0.1",
                  startup_timeout_s: float = 120.0, weights_dirs: Sequence[Path] = (), precision: str = "auto",
-                 threads: int | None = None, speculative_steps: int = 0):
+                 threads: int | None = None, speculative_steps: int = 0, speculative_max_rows: int | None = None):
         """`weights_dirs`: the local folders its `update_weights` may load from (where a trainer pushes);
         `precision`: the served weights' dtype (rollout.engine.server's --precision); `threads`: its CPU threads
         (default one per core: give fewer when it shares the cores with a trainer or other engines);
-        `speculative_steps`: MTP draft tokens per decoding step (0: none)."""
+        `speculative_steps`: MTP draft tokens per decoding step (0: none), once at most `speculative_max_rows` rows
+        of a batch decode (None: always)."""
         args = ["--checkpoint", checkpoint, "--seed", str(seed), "--precision", precision]
         if speculative_steps:
             args += ["--speculative-num-steps", str(speculative_steps)]
+        if speculative_max_rows is not None:
+            args += ["--speculative-max-rows", str(speculative_max_rows)]
         if threads:
             args += ["--threads", str(threads)]
         for folder in weights_dirs:

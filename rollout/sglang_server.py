@@ -17,6 +17,7 @@ SGLang is an optional extra (`pip install .[sglang]`), never a core dependency.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -52,9 +53,10 @@ def require_cuda(settings: EngineSettings) -> None:
 
 
 def server_args(settings: EngineSettings, checkpoint_dir: str, *, seed: int, precision: Precision,
-                weight_version: str = "0", key: str | None = None) -> list[str]:
+                weight_version: str = "0", key: str | None = None, workdir: Path | None = None) -> list[str]:
     """SGLang's command-line flags for one replica serving `checkpoint_dir` (host and port are added by the
-    process that starts it). `key`: the API key it requires of every request (default: ours, if set)."""
+    process that starts it). `key`: the API key it requires of every request (default: ours, if set); `workdir`:
+    where a file the flags name is written (speculate_by_batch_size's)."""
     args = ["--model-path", checkpoint_dir, "--dtype", SGLANG_DTYPES[torch_dtype(precision)],
             "--random-seed", str(seed), "--skip-tokenizer-init", "--enable-return-routed-experts",
             "--weight-version", weight_version, "--tp-size", str(settings.tp_size), "--dp-size", str(settings.dp_size),
@@ -66,10 +68,24 @@ def server_args(settings: EngineSettings, checkpoint_dir: str, *, seed: int, pre
     if settings.speculative_steps:  # GLM-5's MTP layer as the draft: one chain of draft tokens, verified at once
         args += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(settings.speculative_steps),
                  "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(settings.speculative_steps + 1)]
+        if settings.speculative_max_rows is not None:
+            args += speculate_by_batch_size(settings, workdir)
     token = api_key() if key is None else key
     if token:
         args += ["--api-key", token]
     return args
+
+
+def speculate_by_batch_size(settings: EngineSettings, workdir: Path | None) -> list[str]:
+    """`speculative_max_rows` as SGLang's adaptive speculation: its tiers map a running batch's size to the draft
+    steps of the largest tier at or below it; ours are fixed, each with one candidate (no acceptance-driven change)."""
+    if workdir is None:
+        raise ValueError("engines.speculative_max_rows: SGLang reads its batch-size tiers from a file; give a workdir")
+    tiers = {"1": {"candidate_steps": [settings.speculative_steps]},
+             str(settings.speculative_max_rows + 1): {"candidate_steps": [0]}}
+    path = workdir / "speculative-tiers.json"
+    path.write_text(json.dumps(tiers))
+    return ["--speculative-adaptive", "--speculative-adaptive-config", str(path)]
 
 
 class SglangServerProcess:
@@ -92,7 +108,8 @@ class SglangServerProcess:
     def launch(self) -> None:
         self.downloads = Path(tempfile.mkdtemp(prefix="posttrain-sglang-"))
         local = local_checkpoint(self.checkpoint, self.downloads)
-        self.service.args = server_args(self.settings, str(local), seed=self.seed, precision=self.precision)
+        self.service.args = server_args(self.settings, str(local), seed=self.seed, precision=self.precision,
+                                        workdir=self.downloads)
         self.service.launch()
 
     def wait_ready(self) -> EngineClient:

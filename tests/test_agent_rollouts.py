@@ -304,7 +304,7 @@ def test_a_weight_update_reaches_every_worker_and_a_worker_that_fails_it_leaves_
 def test_a_replica_killed_mid_stage_loses_no_rollout_and_the_router_takes_it_out(stack, tokenizer, caplog):
     # The last of the shared stack's tests: its first replica stays dead.
     caplog.set_level(logging.WARNING, logger="rollout.fleet")
-    first_wave, second_wave = specs(3, prefix="a"), []
+    second_wave = []
     dead = stack.engines[0].url
     retries_before = router_metric(stack, "smg_worker_retries_total")  # the stack's earlier tests' count too
 
@@ -313,7 +313,12 @@ def test_a_replica_killed_mid_stage_loses_no_rollout_and_the_router_takes_it_out
         async with Fleet(stack.router_url) as fleet:
             await stack.registry.wait_registered(list(stack.services), timeout_s=30)
             orchestrator = Orchestrator(stack.registry, fleet, tokenizer, LONG_TURNS, SETTINGS)
-            served = await asyncio.gather(*(orchestrator.play(spec) for spec in first_wave))
+            # Before the kill, waves of six until the replica has served a whole rollout (the router places each
+            # by its load, so one wave may all go to the other replica).
+            served = []
+            while not any(dead in r.replicas for r in served):
+                assert len(served) < 24, "the replica to kill served none of 24 rollouts"
+                served += await asyncio.gather(*(orchestrator.play(spec) for spec in specs(3, prefix=f"a{len(served)}-")))
             plays, deadline = [], time.monotonic() + 120
             # Mid-stage: the replica has answered turns of the second wave and holds a request when it dies (else
             # the router has nothing to ask again: a kill between two of its requests retried nothing, under load).

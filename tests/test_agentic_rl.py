@@ -53,8 +53,8 @@ def test_async_steps_train_on_finished_groups_and_push_weights_to_every_replica(
         assert len(step["replicas"]["requests"]) == 2 and step["replicas"]["removals"] == 0
         # The trainer's own routing against the engines' (older weights, asynchronous), measured under replay too.
         assert 0 < step["routing_agreement"] <= 1
-        # Tokens per verification step: 1 + the drafts that stood, and the token sampled after the prefill counts too.
-        assert 1 <= step["spec_accept_length"] <= 4
+        # Tokens per verification step: 1 + the drafts that stood.
+        assert 1 <= step["spec_accept_length"] <= 3
     # Generation ran ahead of training: later steps trained on samples from older weights.
     assert any(int(age) > 0 for step in steps[1:] for age in step["staleness"])
     done = next(e for e in events if e["event"] == "done")

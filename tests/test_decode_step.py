@@ -60,7 +60,7 @@ def test_each_decoding_step_is_the_models_forward(tokenizer, variant):
         expected = model(input_ids=tokens[:, None], attention_mask=visible, position_ids=positions, cache=theirs,
                          use_cache=True).logits[:, -1]
         routed = routing.last()
-        got = step.step(tokens, positions[:, 0], ours, visible)
+        got = next_token_logits(model, step, tokens, positions, ours, visible)
         assert (got - expected).abs().max() < 1e-4
         assert all(torch.equal(a, b) for a, b in zip(routing.last(), routed, strict=True))
         tokens = expected.argmax(-1)
@@ -116,7 +116,7 @@ def test_refresh_folds_the_weights_the_model_holds_now(tokenizer):
     def next_logits():
         out = model(input_ids=ids, attention_mask=mask, use_cache=True)
         visible = torch.ones(2, 1, 1, 13, dtype=torch.bool)
-        return step.step(ids[:, -1], torch.full((2,), 12), out.past_key_values, visible), \
+        return next_token_logits(model, step, ids[:, -1], torch.full((2, 1), 12), out.past_key_values, visible), \
             model(input_ids=torch.cat([ids, ids[:, -1:]], dim=1)).logits[:, -1]
 
     before, _ = next_logits()
@@ -141,3 +141,8 @@ def test_a_push_that_fails_part_way_leaves_decoding_on_what_the_model_holds(toke
     with pytest.raises(RuntimeError, match="broke"):
         engine.update_weights_in_place(broken_push)
     assert torch.equal(engine.decode_step.layers[0].from_q_resid, DecodeStep(engine.model).layers[0].from_q_resid)
+
+
+def next_token_logits(model, step: DecodeStep, tokens, positions, cache, visible):
+    """The engine's plain decoding step: one token per row [B], positions [B, 1], the [B, 1, 1, T] visible mask."""
+    return model.lm_head(step.forward(tokens[:, None], positions, cache, ~visible[:, 0]))[:, -1]

@@ -61,8 +61,8 @@ def test_each_prompt_is_scored_by_its_own_teacher_and_every_teacher_is_a_parent(
     # Replaying the student engine's experts (replies and every episode turn, past the router): the trainer's own
     # routing, measured under replay too, is the engine's (on-policy, the same weights in fp32).
     assert all(s["routing_agreement"] >= 0.99 for s in steps)
-    # Over replies and episode turns: 1 + the drafts that stood per step, and the token sampled after the prefill.
-    assert all(1.0 <= s["spec_accept_length"] <= 4.0 for s in steps)
+    # Over replies and episode turns: 1 + the drafts that stood per step.
+    assert all(1.0 <= s["spec_accept_length"] <= 3.0 for s in steps)
 
     lineage = store.open(config.output_name).lineage()
     assert [(p["role"], p["uri"]) for p in lineage["parents"]] == [

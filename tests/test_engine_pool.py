@@ -10,6 +10,7 @@ from model.dsa import set_dense_attention
 from model.logprobs import next_token_logprobs
 from model.presets import build_model, load_model
 from rollout.client import EngineClient
+from rollout.engine_settings import EngineSettings
 from rollout.engine_starts import engine_starts, recording_engine_starts
 
 IDS = [5, 17, 230, 41, 99, 12, 8, 310]
@@ -69,7 +70,7 @@ def test_the_pool_starts_an_engine_once_per_need_and_keeps_what_later_stages_rea
         assert again == policy and serves(again, a)
         pool.release(again)
         # A stage that decodes speculatively gets an engine that does (another, though a is served already).
-        drafting = pool.lease(a, exclusive=True, speculative_steps=2)
+        drafting = pool.lease(a, exclusive=True, decoding=EngineSettings(speculative_steps=2).decoding())
         assert drafting not in (first, policy) and serves(drafting, a)
         pool.release(drafting)
         # Nothing reads b or a any more: one idle engine stays as a spare, the other stops.

@@ -3,7 +3,9 @@ accepts (its flags as its source declares them: importing its server arguments n
 on a machine without CUDA the choice is refused by name before anything starts."""
 
 import ast
+import json
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,9 +50,10 @@ def test_the_source_declares_the_flags_the_check_reads():
     (EngineSettings(backend="sglang", tp_size=4, dp_size=2, mem_fraction_static=0.8, deterministic=False), "bf16",
      "a-token"),
     (EngineSettings(backend="sglang", replicas=2, speculative_steps=3), "fp32", ""),
+    (EngineSettings(backend="sglang", speculative_steps=3, speculative_max_rows=16), "bf16", None),
 ])
-def test_the_server_s_command_line_is_one_sglang_accepts(settings, precision, key):
-    args = server_args(settings, "/checkpoints/rl", seed=7, precision=precision, key=key)
+def test_the_server_s_command_line_is_one_sglang_accepts(settings, precision, key, tmp_path):
+    args = server_args(settings, "/checkpoints/rl", seed=7, precision=precision, key=key, workdir=tmp_path)
     parsed = check_command_line([*args, "--host", "127.0.0.1", "--port", "30000"])
     assert parsed["--model-path"] == "/checkpoints/rl" and parsed["--random-seed"] == "7"
     assert parsed["--dtype"] == {"auto": "bfloat16" if torch.cuda.is_available() else "float32", "bf16": "bfloat16",
@@ -68,6 +71,11 @@ def test_the_server_s_command_line_is_one_sglang_accepts(settings, precision, ke
     assert (parsed.get("--speculative-algorithm"), parsed.get("--speculative-num-steps"),
             parsed.get("--speculative-eagle-topk"), parsed.get("--speculative-num-draft-tokens")) == (
         ("EAGLE", str(steps), "1", str(steps + 1)) if steps else (None, None, None, None))
+    # Speculating only up to a batch size: SGLang's adaptive tiers, the largest at or below a batch's size applying.
+    assert ("--speculative-adaptive" in parsed) == (settings.speculative_max_rows is not None)
+    if settings.speculative_max_rows is not None:
+        tiers = json.loads(Path(parsed["--speculative-adaptive-config"]).read_text())
+        assert tiers == {"1": {"candidate_steps": [3]}, "17": {"candidate_steps": [0]}}
 
 
 def test_a_flag_sglang_does_not_define_fails_the_check():

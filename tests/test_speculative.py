@@ -3,6 +3,7 @@ model's own, sampled output distributed as plain sampling's, the model's logprob
 
 import pytest
 import torch
+from pydantic import ValidationError
 from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 
 from model.dsa import set_dense_attention
@@ -11,6 +12,8 @@ from model.presets import PRESETS, load_model
 from rollout.engine.drafter import Drafter
 from rollout.engine.generation import Engine
 from rollout.engine.sampling import sampling_distribution
+from rollout.engine_settings import EngineSettings
+from rollout.process import EngineProcess
 from rollout.protocol import SamplingParams, UniformBatch
 
 VOCAB = 8  # small enough that the draft's guesses often stand and often fall
@@ -66,6 +69,78 @@ def test_routed_experts_are_those_plain_decoding_records(checkpoint):
         assert have.routed_experts.shape == want.routed_experts.shape
         assert (have.routed_experts == want.routed_experts).mean() > 0.99  # near-tied router scores may flip
     assert sum(c.spec_num_correct_drafts for c in got) > 0
+
+
+# Rows that end at different steps: with a context of 80, budgets of 24, 40, 10 and 40 tokens.
+STAGGERED = dict(lengths=(56, 23, 70, 5), max_context=80, max_new_tokens=40)
+
+
+def test_speculation_taking_over_from_plain_decoding_once_few_rows_decode(checkpoint):
+    """With `speculative_max_rows` 2, a batch of 4 decodes plainly until two rows have ended, then speculates: greedy
+    tokens and the experts routed at every position are plain decoding's; the rows that ended first never
+    speculated, the others did (whether the draft's guesses are right is the next test's: with random weights few
+    of them stand)."""
+    plain = Engine(checkpoint, max_context=STAGGERED["max_context"])
+    speculative = Engine(checkpoint, max_context=STAGGERED["max_context"], speculative_steps=3, speculative_max_rows=2)
+    batch = UniformBatch(prompts(STAGGERED["lengths"], seed=4),
+                         SamplingParams(temperature=0.0, max_new_tokens=STAGGERED["max_new_tokens"]),
+                         return_logprob=True, return_routed_experts=True)
+    expected, _ = plain.generate(batch)
+    got, _ = speculative.generate(batch)
+    assert [len(c.output_ids) for c in expected] == [24, 40, 10, 40]
+    for want, have in zip(expected, got, strict=True):
+        assert have.output_ids == want.output_ids and have.finish_reason == want.finish_reason
+        assert have.output_logprobs == pytest.approx(want.output_logprobs, abs=1e-5)
+        assert (have.routed_experts == want.routed_experts).mean() > 0.99
+    assert [c.spec_verify_ct for c in got[::2]] == [0, 0]  # ended while four, then three rows decoded
+    for late in got[1::2]:  # 24 tokens decoded plainly first, the other 16 by verification steps
+        assert 0 < late.spec_verify_ct <= 16 <= late.spec_verify_ct + late.spec_num_correct_drafts
+
+
+def test_an_engine_server_speculates_only_once_few_rows_decode(checkpoint, tmp_path):
+    """`engines.speculative_max_rows` reaches the engine a stage starts: with 1, a batch of three rows that all run to
+    their length never speculates, a single row does from its first token on."""
+    settings = EngineSettings(speculative_steps=2, speculative_max_rows=1)
+    with EngineProcess(str(checkpoint), tmp_path / "engine.log", threads=1, **settings.decoding()) as client:
+        params = SamplingParams(temperature=0.0, max_new_tokens=12)
+        together = client.generate(prompts((9, 14, 20), seed=5), params)
+        alone = client.generate(prompts((14,), seed=5), params)
+    assert [len(s.output_ids) for s in together + alone] == [12] * 4
+    assert all(s.spec_verify_ct is None for s in together)
+    # Every token but the prefill's came from verification steps (the last one's drafts may pass the budget).
+    assert alone[0].spec_verify_ct > 0 and alone[0].speculated_tokens >= 11
+
+
+def test_a_bound_on_speculation_that_is_off_is_refused_by_name():
+    with pytest.raises(ValidationError, match="engines.speculative_max_rows bounds speculative decoding, which is off"):
+        EngineSettings(speculative_max_rows=8)
+
+
+@torch.inference_mode()
+def test_the_draft_takes_over_from_the_columns_plain_decoding_computed(checkpoint):
+    """What the draft reads when it takes over (the backlog: the model's hidden states, tokens, positions over
+    every cache column) is what a prefill of the same tokens computes, for the row left decoding."""
+    engine = Engine(checkpoint, max_context=STAGGERED["max_context"], speculative_steps=2, speculative_max_rows=1)
+    taken_over = []
+    resume = engine.speculative.resume
+
+    def recording(backlog, tokens, *args):
+        taken_over.append({name: backlog[name].clone() for name in ("hidden", "ids", "positions", "visible")})
+        return resume(backlog, tokens, *args)
+
+    engine.speculative.resume = recording
+    rows = prompts(STAGGERED["lengths"][:3], seed=4)  # budgets 24, 40, 10: two rows end before the third
+    got, _ = engine.generate(UniformBatch(rows, SamplingParams(temperature=0.0, max_new_tokens=40)))
+    (backlog,) = taken_over
+    # Taken over as the first row took its last token (it leaves the batch there): the second row is the last, 24
+    # tokens in, the last of them not yet fed.
+    last = backlog["visible"][-1]
+    assert got[1].spec_verify_ct > 0 and backlog["ids"].shape[0] == 2 and int(last.sum()) == 23 + 24 - 1
+    sequence = torch.tensor([rows[1] + got[1].output_ids[:23]])
+    prefilled = engine.model.get_decoder()(input_ids=sequence).last_hidden_state[0]
+    assert torch.equal(backlog["ids"][-1, last], sequence[0])
+    assert torch.equal(backlog["positions"][-1, last], torch.arange(sequence.shape[1]))
+    assert (backlog["hidden"][-1, last] - prefilled).abs().max() < 1e-4
 
 
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0, max_new_tokens=3),

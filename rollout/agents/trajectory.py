@@ -66,9 +66,8 @@ class TrajectoryBuilder:
         """Record the turn the engine generated after `prompt_ids` (with its routed experts from
         `routed_from(prompt_ids)` on, where it returned them)."""
         self.turns += 1
-        if sample.spec_verify_ct:
-            self.speculated_tokens += len(sample.output_ids)
-            self.verify_steps += sample.spec_verify_ct
+        self.speculated_tokens += sample.speculated_tokens
+        self.verify_steps += sample.spec_verify_ct or 0
         current = self.segments[-1] if self.segments else None
         so_far = current.sequence() if current else None
         if current is not None and self._continues(current, prompt_ids):

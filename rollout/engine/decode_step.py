@@ -146,26 +146,20 @@ def fold_attention(attention, with_indexer: bool = True) -> FoldedAttention:
 
 
 class DecodeStep:
-    """`step(tokens, positions, cache, visible)`: the next-token logits [B, V] of a batch decoding one token per row,
-    its keys appended to `cache` (transformers' DynamicCache, as the prefill left it). `visible` is the [B, 1, 1, T]
-    mask the engine keeps (every key a row has, the new one included).
-
-    `forward(tokens, positions, cache, masked)`: the same over S tokens per row at once (a speculative verification:
-    the last sampled token and the drafts after it), each query hiding the keys `masked` [B, S, T] says; returns the
-    model's last hidden states [B, S, H] (after its final norm, what its LM head and the MTP layer read)."""
+    """`forward(tokens, positions, cache, masked)`: the model's last hidden states [B, S, H] (after its final norm,
+    what its LM head and the MTP layer read) over S new tokens per row [B, S] at `positions` [B, S], their keys
+    appended to `cache` (transformers' DynamicCache, as the prefill left it), each query hiding the keys `masked`
+    [B, S, T] says (T: the cache's columns, the new ones included). A plain decoding step is S = 1; a speculative
+    verification feeds the last sampled token and the drafts after it."""
 
     def __init__(self, model: torch.nn.Module):
-        self.model, self.trunk = model, model.get_decoder()
+        self.trunk = model.get_decoder()
         self.refresh()
 
     @torch.no_grad()
     def refresh(self) -> None:
         """Fold the weights the model holds now: after loading and after every weight update."""
         self.layers = [fold_attention(layer.self_attn) for layer in main_layers(self.trunk)]
-
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache, visible: torch.Tensor) -> torch.Tensor:
-        hidden = self.forward(tokens[:, None], positions[:, None], cache, ~visible[:, 0])
-        return F.linear(hidden[:, 0], self.model.lm_head.weight)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache, masked: torch.Tensor) -> torch.Tensor:
         trunk = self.trunk

@@ -12,46 +12,42 @@ draft needs no exact rule (the model verifies it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
 from model.mtp import MTP_LAYERS, MtpConfigError, mtp_layer
+from rollout.engine.columns import Columns
 from rollout.engine.decode_step import feed_forward, fold_attention, latent_attention, project, rms
 
 
-@dataclass
 class DraftCache:
-    """The MTP layer's keys over what a batch has decoded, in buffers with room to spare: latents [B, C, L], rotary
-    keys [B, C, R] and which columns hold a real position (`visible` [B, C]). The first `length` columns are the
+    """The MTP layer's keys over what a batch has decoded: latents [B, C, L], rotary keys [B, C, R] and which columns
+    hold a real position (`visible` [B, C]), in `Columns` with room to spare. The first `length` columns are the
     verified positions'; a draft chain writes its own keys after them, and the next `extend` overwrites those."""
 
-    latents: torch.Tensor
-    k_ropes: torch.Tensor
-    visible: torch.Tensor
-    length: int = 0
+    def __init__(self, like_latent: torch.Tensor, like_k_rope: torch.Tensor, capacity: int):
+        self.columns = Columns(capacity, latents=like_latent, k_ropes=like_k_rope,
+                               visible=torch.ones_like(like_latent[..., 0], dtype=torch.bool))
+        self.length = 0
 
-    @classmethod
-    def empty(cls, like_latent: torch.Tensor, like_k_rope: torch.Tensor, capacity: int) -> DraftCache:
-        batch = like_latent.shape[0]
-        return cls(like_latent.new_empty(batch, capacity, like_latent.shape[-1]),
-                   like_k_rope.new_empty(batch, capacity, like_k_rope.shape[-1]),
-                   torch.zeros(batch, capacity, dtype=torch.bool, device=like_latent.device))
+    @property
+    def latents(self) -> torch.Tensor:
+        return self.columns["latents"]
+
+    @property
+    def k_ropes(self) -> torch.Tensor:
+        return self.columns["k_ropes"]
+
+    @property
+    def visible(self) -> torch.Tensor:
+        return self.columns["visible"]
 
     def write(self, start: int, latent: torch.Tensor, k_rope: torch.Tensor, visible: torch.Tensor) -> None:
         """Columns [start, start + S) from latent [B, S, L], k_rope [B, S, R], visible [B, S]."""
-        end = start + latent.shape[1]
-        if end > self.latents.shape[1]:  # twice the room: a batch's buffers are copied a logarithmic number of times
-            grown = DraftCache.empty(self.latents, self.k_ropes, max(end, 2 * self.latents.shape[1]))
-            for mine, theirs in zip((grown.latents, grown.k_ropes, grown.visible),
-                                    (self.latents, self.k_ropes, self.visible), strict=True):
-                mine[:, :start] = theirs[:, :start]
-            self.latents, self.k_ropes, self.visible = grown.latents, grown.k_ropes, grown.visible
-        self.latents[:, start:end], self.k_ropes[:, start:end], self.visible[:, start:end] = latent, k_rope, visible
+        self.columns.write(start, latents=latent, k_ropes=k_rope, visible=visible)
 
     def select(self, rows: torch.Tensor) -> None:
-        self.latents, self.k_ropes, self.visible = self.latents[rows], self.k_ropes[rows], self.visible[rows]
+        self.columns.select(rows)
 
 
 class Drafter:
@@ -83,7 +79,7 @@ class Drafter:
         x, projected = self._inputs(hidden, next_tokens, positions)
         span = x.shape[1]
         if cache is None:
-            cache = DraftCache.empty(projected.latent, projected.k_rope, 2 * span)
+            cache = DraftCache(projected.latent, projected.k_rope, 2 * span)
         start = cache.length
         cache.write(start, projected.latent, projected.k_rope, valid)
         cache.length = end = start + span

@@ -25,7 +25,7 @@ from model.presets import load_model
 from model.routing import RoutingCapture, moe_layers
 from rollout.engine.decode_step import DecodeStep, covers
 from rollout.engine.sampling import sample
-from rollout.engine.speculative import Rows, SpeculativeDecoder
+from rollout.engine.speculative import Backlog, Rows, SpeculativeDecoder
 from rollout.protocol import FinishReason, SamplingParams, UniformBatch
 
 
@@ -56,8 +56,9 @@ class Engine:
     """One model serving generate requests one batch at a time; weights can be swapped between them."""
 
     def __init__(self, checkpoint_dir: str | Path, *, seed: int = 0, weight_version: str = "0",
-                 max_context: int | None = None, precision: Precision = "auto", speculative_steps: int = 0):
-        self.seed, self.speculative_steps = seed, speculative_steps
+                 max_context: int | None = None, precision: Precision = "auto", speculative_steps: int = 0,
+                 speculative_max_rows: int | None = None):
+        self.seed, self.speculative_steps, self.speculative_max_rows = seed, speculative_steps, speculative_max_rows
         # On this process's GPU when there is one, else the CPU; in bf16 or fp32 as the trainer computes.
         self.device, self.dtype = inference_device(), torch_dtype(precision)
         self._requests = 0
@@ -77,9 +78,10 @@ class Engine:
         self.routing, self.moe_layers = RoutingCapture(model), moe_layers(model)
         # Decoding steps run the engine's own step (rollout/engine/decode_step.py) where it covers the model.
         self.decode_step = DecodeStep(model) if covers(model) else None
-        # With `speculative_steps`, the model's MTP layer drafts that many tokens per step (rollout/engine/speculative.py).
-        self.speculative = SpeculativeDecoder(model, self.speculative_steps, self.decode_step) \
-            if self.speculative_steps else None
+        # With `speculative_steps`, the model's MTP layer drafts that many tokens per step (rollout/engine/speculative.py)
+        # once at most `speculative_max_rows` rows of a batch decode.
+        self.speculative = SpeculativeDecoder(model, self.speculative_steps, self.decode_step,
+                                              self.speculative_max_rows) if self.speculative_steps else None
 
     def update_weights(self, checkpoint_dir: str | Path, weight_version: str | None = None) -> str:
         """Serve another checkpoint of the same architecture; returns the new weight version."""
@@ -130,79 +132,63 @@ class Engine:
             return completions, self.weight_version
 
     def _generate(self, batch: UniformBatch, generator: torch.Generator) -> list[Completion]:
-        if self.speculative is not None:
-            return self._generate_speculative(batch, generator)
         prompts, params = batch.prompts, batch.sampling
         ids, mask = (tensor.to(self.device) for tensor in left_padded(prompts, self.pad_id))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         want_prompt = batch.wants_prompt_logprobs()
         # A model without MoE layers routes nothing: no routed experts to return.
         routed = RoutedPositions(self, prompts) if batch.return_routed_experts and self.moe_layers else None
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=0 if want_prompt else 1)
+        out = self.model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        hidden, cache = out.last_hidden_state, out.past_key_values
         if routed is not None:
             routed.prefilled(ids.shape[1])
-        prompt_logprobs = _prompt_logprobs(out.logits, ids, prompts, batch.logprob_start_len) if want_prompt else None
-        budgets, stops = self._budgets(prompts, params), self._stops(params)
-        outputs: list[list[int]] = [[] for _ in prompts]
-        logprobs: list[list[float]] = [[] for _ in prompts]
-        finish: list[FinishReason | None] = [
-            FinishReason(type="length", length=0) if budget == 0 else None for budget in budgets
-        ]
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        logits = self.model.lm_head(hidden if want_prompt else hidden[:, -1:])
+        prompt_logprobs = _prompt_logprobs(logits, ids, prompts, batch.logprob_start_len) if want_prompt else None
+        rows = Rows(self._budgets(prompts, params), self._stops(params))
+        # Speculation takes over from plain decoding once few enough rows decode; until then the draft's inputs
+        # over every column wait in a backlog.
+        backlog = None if self.speculative is None else Backlog(hidden, ids, positions, mask.bool())
+        logits = logits[:, -1, :]
         # A decoding step's one query sees every key its row has (not the padding): the [B, 1, 1, T] mask
         # attention reads, kept here a column at a time, which transformers takes as it is instead of building
         # it from the padding mask at each step.
         visible = mask.bool()[:, None, None, :]
+        positions = positions[:, -1:]
         # Batch rows still decoding, by prompt index. A row that finishes leaves the batch (and the KV
         # cache) at once, so short completions stop costing compute while long ones go on.
         active = list(range(len(prompts)))
         while True:
-            running = [position for position, row in enumerate(active) if finish[row] is None]
+            running = [position for position, row in enumerate(active) if rows.finish[row] is None]
             if not running:
                 break
             if len(running) < len(active):
                 keep = torch.tensor(running, device=self.device)
                 cache.batch_select_indices(keep)
                 visible, positions, logits = visible[keep], positions[keep], logits[keep]
+                if backlog is not None:
+                    backlog.select(keep)
                 active = [active[position] for position in running]
             tokens, token_logprobs = sample(logits.float(), params, generator)
-            for row, token, logprob in zip(active, tokens.tolist(), token_logprobs.tolist(), strict=True):
-                outputs[row].append(token)
-                logprobs[row].append(logprob)
-                if token in stops:
-                    finish[row] = FinishReason(type="stop", matched=token)
-                elif len(outputs[row]) == budgets[row]:
-                    finish[row] = FinishReason(type="length", length=len(outputs[row]))
-            if all(finish[row] is not None for row in active):
+            ended = [rows.take(row, token, logprob)
+                     for row, token, logprob in zip(active, tokens.tolist(), token_logprobs.tolist(), strict=True)]
+            if all(ended):
+                break
+            if backlog is not None and self.speculative.takes_over(ended.count(False)):
+                self.speculative.resume(backlog, tokens, cache, params, generator, rows, active, routed)
                 break
             visible = torch.cat([visible, torch.ones_like(visible[..., :1])], dim=-1)
-            positions = positions[:, -1:] + 1
-            logits = self.decode(tokens, positions, cache, visible)
+            positions = positions + 1
+            hidden = self.decode(tokens, positions, cache, visible)
+            logits = self.model.lm_head(hidden)[:, -1, :]
+            if backlog is not None:
+                backlog.append(hidden, tokens[:, None], positions, visible[:, 0, 0, -1:])
             if routed is not None:
                 routed.decoded(active)
-        return [
-            Completion(outputs[i], logprobs[i], finish[i], None if prompt_logprobs is None else prompt_logprobs[i],
-                       None if routed is None else routed.of(i, len(outputs[i]), batch.routed_from(i)))
-            for i in range(len(prompts))
-        ]
-
-
-    def _generate_speculative(self, batch: UniformBatch, generator: torch.Generator) -> list[Completion]:
-        prompts, params = batch.prompts, batch.sampling
-        ids, mask = (tensor.to(self.device) for tensor in left_padded(prompts, self.pad_id))
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        want_prompt = batch.wants_prompt_logprobs()
-        rows = Rows(self._budgets(prompts, params), self._stops(params))
-        routed = RoutedPositions(self, prompts) if batch.return_routed_experts and self.moe_layers else None
-        logits = self.speculative.decode(ids, mask, positions, params, generator, rows, all_logits=want_prompt,
-                                         routed=routed)
-        prompt_logprobs = _prompt_logprobs(logits, ids, prompts, batch.logprob_start_len) if want_prompt else None
         return [
             Completion(rows.outputs[i], rows.logprobs[i], rows.finish[i],
                        None if prompt_logprobs is None else prompt_logprobs[i],
                        None if routed is None else routed.of(i, len(rows.outputs[i]), batch.routed_from(i)),
-                       rows.verify_steps[i], rows.drafted[i], rows.accepted[i])
+                       *((rows.verify_steps[i], rows.drafted[i], rows.accepted[i]) if self.speculative else ()))
             for i in range(len(prompts))
         ]
 
@@ -214,11 +200,11 @@ class Engine:
         return set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache, visible: torch.Tensor) -> torch.Tensor:
-        """The next-token logits [B, V] after one token per row, its keys appended to `cache`."""
+        """The model's last hidden states [B, 1, H] after one token per row, its keys appended to `cache`."""
         if self.decode_step is not None:
-            return self.decode_step.step(tokens, positions[:, 0], cache, visible)
-        return self.model(input_ids=tokens[:, None], attention_mask=visible, position_ids=positions, past_key_values=cache,
-                          use_cache=True).logits[:, -1, :]
+            return self.decode_step.forward(tokens[:, None], positions, cache, ~visible[:, 0])
+        return self.model.get_decoder()(input_ids=tokens[:, None], attention_mask=visible, position_ids=positions,
+                                        past_key_values=cache, use_cache=True).last_hidden_state
 
 
 class RoutedPositions:

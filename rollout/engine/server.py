@@ -249,6 +249,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="CPU threads the engine computes with (default: torch's, one per core)")
     parser.add_argument("--speculative-num-steps", type=int, default=0,
                         help="draft tokens per decoding step from the checkpoint's MTP layer (SGLang's flag; 0: off)")
+    parser.add_argument("--speculative-max-rows", type=int, default=None,
+                        help="speculate only while at most this many rows of a batch decode (default: always)")
     parser.add_argument("--weight-group-join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
                         help="how long /init_weights_update_group waits for the trainer's group to form")
     args = parser.parse_args(argv)
@@ -267,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     try:
         engine = Engine(local_checkpoint(args.checkpoint, workdir), seed=args.seed, precision=args.precision,
-                        speculative_steps=args.speculative_num_steps)
+                        speculative_steps=args.speculative_num_steps, speculative_max_rows=args.speculative_max_rows)
         limits = RequestLimits(max_prompts=args.max_prompts, max_tokens=args.max_request_tokens,
                                max_in_flight=args.max_in_flight)
         runner = MainThreadRunner()

@@ -21,6 +21,12 @@ Layout: every row of a step verifies the same number of tokens, so each step app
 model's KV cache and to the draft's; the columns of drafts that did not stand stay, never visible again (the
 attention masks hide them), and each row's positions count its accepted tokens only. A row leaves the batch when it
 ends, as in plain decoding.
+
+When: the engine decodes a batch plainly while more than `max_rows` of its rows decode, then hands it over
+(`resume`), the draft reading every column so far at once from a backlog the plain steps kept (the model's hidden
+states, tokens, positions). A verification forward over `steps + 1` tokens per row costs about one plain step only
+while the device is not already busy with the batch's rows: a large batch decodes faster plainly, and its tail
+(the few long completions left) speculatively.
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from typing import Protocol
 
 import torch
 
+from rollout.engine.columns import Columns
 from rollout.engine.decode_step import DecodeStep
 from rollout.engine.drafter import DraftCache, Drafter
-from rollout.engine.sampling import draw, sample, sampling_distribution
+from rollout.engine.sampling import draw, sampling_distribution
 from rollout.protocol import GREEDY_BELOW, FinishReason, SamplingParams
 
 
@@ -76,17 +83,20 @@ class RoutingRecord(Protocol):
 
 
 class SpeculativeDecoder:
-    """`decode(ids, mask, positions, params, generator, rows)` after nothing: it runs the prefill itself (the model's
-    hidden states feed the draft). Returns the prompt's logits [B, W, V] when `all_logits`, else None.
+    """`resume(backlog, tokens, cache, params, generator, rows, active)` takes over a batch from plain decoding (the
+    engine's, rollout/engine/generation.py): after a prefill, or after some plain steps when the batch had more rows
+    than `max_rows` (None: speculate at any size). Speculating costs a verification forward over `steps + 1` tokens
+    per row and the drafts; it pays where a decoding step costs little more for a few tokens per row than for one —
+    few rows, or a device where a step reads more weights than it computes — and loses where the batch alone keeps
+    the device busy (vLLM's speculative_disable_by_batch_size, SGLang's --speculative-adaptive batch-size tiers).
 
     With `routed`, the routers' choices at every position the sequence keeps go there, as plain decoding records
-    them (routing replay): the prompt's from the prefill, and from each verification forward the columns of the
-    tokens that stood (the fed token and the drafts before the last token taken). The verification forward is the
-    model's own over those tokens, so they are the experts the model routes them to; a draft's column that did not
-    stand is dropped with it."""
+    them (routing replay): from each verification forward the columns of the tokens that stood (the fed token and
+    the drafts before the last token taken). The verification forward is the model's own over those tokens, so they
+    are the experts the model routes them to; a draft's column that did not stand is dropped with it."""
 
-    def __init__(self, model: torch.nn.Module, steps: int, decode_step: DecodeStep | None):
-        self.model, self.steps, self.drafter = model, steps, Drafter(model)
+    def __init__(self, model: torch.nn.Module, steps: int, decode_step: DecodeStep | None, max_rows: int | None = None):
+        self.model, self.steps, self.max_rows, self.drafter = model, steps, max_rows, Drafter(model)
         # The verification forward: the engine's decoding step over several tokens, where it covers the model.
         self.decode_step = decode_step
 
@@ -94,30 +104,25 @@ class SpeculativeDecoder:
         """After a weight update (the decoding step's own refresh is the engine's)."""
         self.drafter.refresh()
 
-    def decode(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, params: SamplingParams,
-               generator: torch.Generator, rows: Rows, all_logits: bool = False,
-               routed: RoutingRecord | None = None) -> torch.Tensor | None:
-        model, trunk = self.model, self.model.get_decoder()
-        out = trunk(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        hidden, cache = out.last_hidden_state, out.past_key_values
-        if routed is not None:
-            routed.prefilled(ids.shape[1])
-        logits = model.lm_head(hidden if all_logits else hidden[:, -1:])
-        tokens, token_logprobs = sample(logits[:, -1].float(), params, generator)
-        for row in range(len(rows.budgets)):
-            if rows.finish[row] is None:
-                rows.take(row, int(tokens[row]), float(token_logprobs[row]))
-        # The draft's keys over the prompt: the model's hidden state at each column with the token after it (the
-        # first sampled token after the last), at that token's position.
-        following = torch.cat([ids[:, 1:], tokens[:, None]], dim=1)
-        drafts, outputs = self.drafter.extend(None, hidden, following, positions + 1, mask.bool())
-        state = Step(tokens=tokens, positions=positions[:, -1] + 1, draft_output=outputs[:, -1], visible=mask.bool(),
+    def takes_over(self, rows_decoding: int) -> bool:
+        return self.max_rows is None or rows_decoding <= self.max_rows
+
+    def resume(self, backlog: Backlog, tokens: torch.Tensor, cache, params: SamplingParams,
+               generator: torch.Generator, rows: Rows, active: list[int], routed: RoutingRecord | None = None) -> None:
+        """Decode the batch's rows `active` (by prompt index; those that ended already leave here) to their end.
+        `tokens` [B]: each row's last sampled token, not yet in the model's `cache`; `backlog`: every column the cache
+        holds, which the draft has not read."""
+        # The draft's keys over every column so far: the model's hidden state at each with the token after it.
+        following = torch.cat([backlog["ids"][:, 1:], tokens[:, None]], dim=1)
+        positions, visible = backlog["positions"], backlog["visible"]
+        drafts, outputs = self.drafter.extend(None, backlog["hidden"], following, positions + 1, visible)
+        state = Step(tokens=tokens, positions=positions[:, -1] + 1, draft_output=outputs[:, -1], visible=visible,
                      drafts=drafts)
-        active = [row for row in range(len(rows.budgets)) if rows.finish[row] is None]
-        state.select(torch.tensor(active, dtype=torch.long, device=ids.device), cache)
+        decoding = [position for position, row in enumerate(active) if rows.finish[row] is None]
+        state.select(torch.tensor(decoding, dtype=torch.long, device=tokens.device), cache)
+        active = [active[position] for position in decoding]
         while active:
             active = self.verify(state, cache, params, generator, rows, active, routed)
-        return logits if all_logits else None
 
     def verify(self, state: Step, cache, params: SamplingParams, generator: torch.Generator, rows: Rows,
                active: list[int], routed: RoutingRecord | None = None) -> list[int]:
@@ -225,6 +230,28 @@ class Step:
         self.tokens, self.positions, self.draft_output = self.tokens[keep], self.positions[keep], self.draft_output[keep]
         self.visible = self.visible[keep]
         self.drafts.select(keep)
+
+
+class Backlog:
+    """What the draft needs of the columns in the model's cache, kept while a batch decodes plainly before
+    speculation takes over: the model's last hidden state [B, C, H], the token fed [B, C], its position and whether
+    it is real (not padding) [B, C]. `append` after each forward; `select` as the cache's rows."""
+
+    def __init__(self, hidden: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
+                 room: int = 0):
+        self.columns = Columns(hidden.shape[1] + room, hidden=hidden, ids=ids, positions=positions, visible=visible)
+        self.length = 0
+        self.append(hidden, ids, positions, visible)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.columns[name][:, :self.length]
+
+    def append(self, hidden: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> None:
+        self.columns.write(self.length, hidden=hidden, ids=ids, positions=positions, visible=visible)
+        self.length += hidden.shape[1]
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.columns.select(rows)
 
 
 def normalised(probs: torch.Tensor) -> torch.Tensor:
