@@ -70,11 +70,11 @@ def run_arm(engine: Engine, prompts: list[RlPrompt], params: SamplingParams, tok
     figures = {"tokens_per_s": tokens / seconds, "seconds": seconds, "completion_length": tokens / len(completions),
                "accuracy": sum(r or 0.0 for r in rewards) / len(rewards)}
     steps = sum(c.spec_verify_ct or 0 for c in completions)
+    stood = sum(c.spec_num_correct_drafts or 0 for c in completions)
+    figures["speculated_share"] = (steps + stood) / tokens  # of the tokens, those verification steps gave
     if steps:
-        stood = sum(c.spec_num_correct_drafts for c in completions)
         figures["accept_length"] = (steps + stood) / steps
         figures["drafts_stood"] = stood / sum(c.spec_num_proposed_drafts for c in completions)
-        figures["speculated_share"] = (steps + stood) / tokens
     return figures
 
 
@@ -128,7 +128,9 @@ def main() -> None:
     plain = [run["tokens_per_s"] for run in runs["draft_0"]]
     arms = {}
     for name, rounds in runs.items():
-        arms[name] = {key: spread([run[key] for run in rounds]) for key in rounds[0]}
+        # A round whose batch never came down to the arm's rows speculated nothing: no acceptance to count there.
+        keys = dict.fromkeys(key for run in rounds for key in run)
+        arms[name] = {key: spread([run[key] for run in rounds if key in run]) for key in keys}
         if name != "draft_0":
             arms[name]["speedup_over_plain"] = ratio_spread([run["tokens_per_s"] for run in rounds], plain)
     print(json.dumps({"bench": "speculative", "checkpoint": checkpoint, "suite": args.suite, "prompts": args.prompts,
