@@ -81,7 +81,7 @@ def run_arm(engine: Engine, prompts: list[RlPrompt], params: SamplingParams, tok
 def parsed_arm(parser: argparse.ArgumentParser, arm: str) -> tuple[int, int | None]:
     """`K` or `K@R` → (draft steps, speculative_max_rows)."""
     steps, _, rows = arm.partition("@")
-    if not steps.isdigit() or (rows and not rows.isdigit()) or (rows and steps == "0"):
+    if not steps.isdigit() or (rows and not (rows.isdigit() and int(rows) > 0)) or (rows and int(steps) == 0):
         parser.error(f"--arms {arm}: give K (drafts per step, 0: plain decoding) or K@R (K > 0 drafts once at most "
                      f"R rows decode)")
     return int(steps), int(rows) if rows else None

@@ -62,7 +62,7 @@ class EnginePool:
     _uses: int = 0
 
     def lease(self, checkpoint: str, *, exclusive: bool, precision: str = "auto", decoding: dict | None = None) -> str:
-        decoding = decoding or EngineSettings().decoding()
+        decoding = EngineSettings(**(decoding or {})).decoding()  # a partial one matches as its defaults fill it
         self._uses += 1
         # By the dtype served (`auto` and `bf16` are one engine on a GPU) and how it decodes.
         mine = [engine for engine in self.engines if resolved_precision(engine.precision) == resolved_precision(precision)

@@ -86,7 +86,9 @@ def generate_output(prompt: list[int], completion: Completion, batch: UniformBat
         meta.routed_experts = encode_routed(completion.routed_experts)
     if completion.spec_verify_ct:
         meta.spec_verify_ct = completion.spec_verify_ct
-        meta.spec_accept_length = len(completion.output_ids) / completion.spec_verify_ct
+        # Tokens per verification step (1 + the drafts kept): not the completion's length over the steps, which
+        # counts the tokens decoded plainly before speculation took over (`speculative_max_rows`).
+        meta.spec_accept_length = 1 + completion.spec_num_correct_drafts / completion.spec_verify_ct
         meta.spec_num_proposed_drafts = completion.spec_num_proposed_drafts
         meta.spec_num_correct_drafts = completion.spec_num_correct_drafts
     wire = GenerateOutput(output_ids=completion.output_ids, meta_info=meta).model_dump(exclude_none=True)
@@ -254,6 +256,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--weight-group-join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
                         help="how long /init_weights_update_group waits for the trainer's group to form")
     args = parser.parse_args(argv)
+    if args.speculative_max_rows is not None and (args.speculative_max_rows < 1 or not args.speculative_num_steps):
+        parser.error(f"--speculative-max-rows {args.speculative_max_rows}: give 1 or more, with --speculative-num-steps")
     if not 0 < args.weight_group_join_timeout_s < math.inf:
         parser.error(f"--weight-group-join-timeout-s: {args.weight_group_join_timeout_s}; give a positive number of seconds")
     exit_with_owner()

@@ -150,11 +150,12 @@ class SpeculativeDecoder:
         for position, (row, count, tokens) in enumerate(zip(active, stood.tolist(), next_tokens.tolist(), strict=True)):
             rows.verify_steps[row] += 1
             rows.drafted[row] += steps
-            rows.accepted[row] += count
             for index in range(count + 1):
                 if rows.take(row, tokens[index], taken_logprobs[position][index]):
                     ended.append(row)
                     break
+            # The drafts the row kept (those that stood past its end are not its tokens): a step gave 1 + these.
+            rows.accepted[row] += index
             kept.append(index + 1)  # each token taken was predicted at a fed column the sequence keeps
         if routed is not None:
             routed.verified(active, steps + 1, kept)
@@ -235,7 +236,9 @@ class Step:
 class Backlog:
     """What the draft needs of the columns in the model's cache, kept while a batch decodes plainly before
     speculation takes over: the model's last hidden state [B, C, H], the token fed [B, C], its position and whether
-    it is real (not padding) [B, C]. `append` after each forward; `select` as the cache's rows."""
+    it is real (not padding) [B, C]. `append` after each forward; `select` as the cache's rows. Its memory is a
+    layer's worth of the KV cache in the model's dtype (B × C × hidden): it is kept only where speculation is on,
+    and the hand-over extends the draft over all C columns at once (attention over C² per row and head)."""
 
     def __init__(self, hidden: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
                  room: int = 0):
