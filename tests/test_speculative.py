@@ -171,6 +171,27 @@ def test_sampled_tokens_are_distributed_as_the_model_samples_them(checkpoint, pa
     assert chi_square < 24.3  # 7 degrees of freedom at most, p = 0.001
 
 
+def test_sampled_tokens_after_a_hand_over_are_distributed_as_the_model_samples_them(checkpoint):
+    """The same chi-square test across the switch from plain decoding: 500 rows of the prompt and one more row whose
+    budget is two tokens (a context of 33). With the bound at 500 rows, the first token comes from the prefill, the
+    second from a plain step, and the third from a verification step after the draft took over (the extra row has
+    ended): the draft read a backlog with a plain step's column and left padding in it."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=3)
+    prompt, other = prompts((30,), seed=1)[0], prompts((31,), seed=2)[0]
+    engine = Engine(checkpoint, seed=5, speculative_steps=2, speculative_max_rows=500, max_context=33)
+    counts, draws = torch.zeros(VOCAB), 0
+    for _batch in range(8):
+        completions, _ = engine.generate(UniformBatch([prompt] * 500 + [other], params))
+        assert len(completions[-1].output_ids) == 2 and not completions[-1].spec_verify_ct
+        for completion in completions[:-1]:
+            assert len(completion.output_ids) == 3 and completion.spec_verify_ct == 1  # the third token's step
+            counts[completion.output_ids[2]] += 1
+            draws += 1
+    expected = exact_third_token(checkpoint, prompt, params) * draws
+    chi_square = float(((counts - expected) ** 2 / expected).sum())
+    assert chi_square < 24.3  # 7 degrees of freedom, p = 0.001
+
+
 def exact_third_token(checkpoint, prompt, params) -> torch.Tensor:
     model = load_model(checkpoint).eval()
     set_dense_attention(model, dense=False)
