@@ -74,8 +74,11 @@ def test_the_server_s_command_line_is_one_sglang_accepts(settings, precision, ke
     # Speculating only up to a batch size: SGLang's adaptive tiers, the largest at or below a batch's size applying.
     assert ("--speculative-adaptive" in parsed) == (settings.speculative_max_rows is not None)
     if settings.speculative_max_rows is not None:
-        tiers = json.loads(Path(parsed["--speculative-adaptive-config"]).read_text())
-        assert tiers == {"1": {"candidate_steps": [3]}, "17": {"candidate_steps": [0]}}
+        tiers = {int(size): tier["candidate_steps"] for size, tier in
+                 json.loads(Path(parsed["--speculative-adaptive-config"]).read_text()).items()}
+        for batch in range(1, 4 * settings.speculative_max_rows):  # the tier SGLang picks: the largest at or below
+            expected = [settings.speculative_steps] if batch <= settings.speculative_max_rows else [0]
+            assert tiers[max(size for size in tiers if size <= batch)] == expected, batch
 
 
 def test_a_flag_sglang_does_not_define_fails_the_check():
